@@ -1,0 +1,114 @@
+"""Input checks, stopping rules and result assembly shared by all decoders."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import torch
+
+from .results import DecodeResult, DecodeStats
+
+
+def prompt_ids(model: torch.nn.Module, input_ids: object) -> torch.Tensor:
+    """Validate a prompt and return it as a 1-D long tensor on the CPU.
+
+    Args:
+        model: the model (its vocabulary size bounds the ids).
+        input_ids: a list of ints, a (L,) tensor or a (1, L) tensor.
+
+    Returns:
+        (L,) long tensor.
+    """
+    if isinstance(input_ids, torch.Tensor):
+        ids = input_ids.detach().cpu()
+    elif isinstance(input_ids, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in input_ids):
+        ids = torch.tensor(input_ids, dtype=torch.long)
+    else:
+        raise TypeError(f"input_ids must be a list of ints or a LongTensor, got {type(input_ids).__name__}")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+    if ids.dim() == 2:
+        if ids.shape[0] != 1:
+            raise ValueError(f"batch size {ids.shape[0]} > 1 is not supported; decode one prompt per call")
+        ids = ids[0]
+    if ids.dim() != 1:
+        raise ValueError(f"input_ids must have shape (L,) or (1, L), got {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError("the prompt is empty: input_ids needs at least one token")
+    vocab = model.get_input_embeddings().num_embeddings
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ValueError(f"input_ids hold ids outside the model's vocabulary [0, {vocab})")
+    return ids.long()
+
+
+def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, lookahead: int) -> None:
+    """Check max_new_tokens and that prompt + output (+ speculative positions) fit the context.
+
+    Args:
+        lookahead: how many positions past the last committed token a step may touch.
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    need = prompt_len + max_new_tokens + lookahead
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) + lookahead positions ({lookahead}) = "
+            f"{need} exceeds the model's context of {limit} positions"
+        )
+
+
+def eos_ids(model: torch.nn.Module, eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
+    """EOS ids to stop at: the argument, else the model's generation config, else none."""
+    if eos_token_id is None:
+        config = getattr(model, "generation_config", None)
+        eos_token_id = getattr(config, "eos_token_id", None) if config is not None else None
+        if eos_token_id is None:
+            eos_token_id = getattr(model.config, "eos_token_id", None)
+    if eos_token_id is None:
+        return frozenset()
+    if isinstance(eos_token_id, int):
+        return frozenset([eos_token_id])
+    return frozenset(int(t) for t in eos_token_id)
+
+
+class TokenSink:
+    """Collects generated tokens and applies greedy's stopping rules.
+
+    Accepting stops right after an EOS token (which is kept, as transformers does) or at
+    `max_new_tokens`, even when that falls inside a multi-token step.
+    """
+
+    def __init__(self, max_new_tokens: int, eos: frozenset[int]) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.eos = eos
+        self.tokens: list[int] = []
+        self.done = False
+
+    def extend(self, tokens: Iterable[int]) -> int:
+        """Append tokens until a stop; returns how many were kept."""
+        kept = 0
+        for token in tokens:
+            if self.done:
+                break
+            self.tokens.append(int(token))
+            kept += 1
+            self.done = int(token) in self.eos or len(self.tokens) >= self.max_new_tokens
+        return kept
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work so wall-clock timings are honest."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def finish(sink: TokenSink, stats: DecodeStats, start: float, device: torch.device, tokenizer: object, method: str) -> DecodeResult:
+    """Stop the clock and package the result."""
+    sync(device)
+    stats.wall_time_s = time.perf_counter() - start
+    text = tokenizer.decode(sink.tokens, skip_special_tokens=True) if tokenizer is not None else None
+    return DecodeResult(sink.tokens, text, stats, method)

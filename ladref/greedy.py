@@ -1,0 +1,61 @@
+"""Greedy decoding, the oracle every other decoder must reproduce token for token."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import torch
+
+from .backend import ModelRunner
+from .common import TokenSink, check_budget, eos_ids, finish, prompt_ids
+from .results import DecodeResult, DecodeStats
+
+
+def prefill(runner: ModelRunner, prompt: torch.Tensor, stats: DecodeStats) -> int:
+    """Cache the prompt's K/V except its last token, which becomes the first step's input.
+
+    Args:
+        prompt: (L,) prompt ids.
+
+    Returns:
+        The current token (the prompt's last).
+    """
+    if prompt.shape[0] > 1:
+        runner.forward(prompt[:-1], keep=torch.tensor([0]))
+    stats.prefill_tokens = prompt.shape[0] - 1
+    return int(prompt[-1])
+
+
+@torch.inference_mode()
+def greedy_decode(
+    model: torch.nn.Module,
+    input_ids: object,
+    max_new_tokens: int = 64,
+    *,
+    eos_token_id: int | Iterable[int] | None = None,
+    tokenizer: object = None,
+) -> DecodeResult:
+    """Decode one token per forward pass, always taking the argmax.
+
+    Args:
+        model: a transformers decoder-only model (eager or SDPA attention).
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
+        max_new_tokens: most tokens to generate.
+        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
+        tokenizer: optional, to decode the text.
+
+    Returns:
+        `DecodeResult` with one step per generated token (S = 1).
+    """
+    start = time.perf_counter()
+    prompt = prompt_ids(model, input_ids)
+    check_budget(model, prompt.shape[0], max_new_tokens, 0)
+    runner, stats = ModelRunner(model), DecodeStats()
+    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id))
+    current = prefill(runner, prompt, stats)
+    while not sink.done:
+        logits = runner.forward(torch.tensor([current]))  # (1, V)
+        current = int(logits[-1].argmax())
+        stats.record(sink.extend([current]), 1)
+    return finish(sink, stats, start, runner.device, tokenizer, "greedy")

@@ -1,0 +1,131 @@
+"""Lookahead decoding: the combined step and the decoding loop (Fu et al., ICML 2024).
+
+Each step runs ONE forward pass over ``[current | window (N-1, W) | g candidates (g, N-1)]``
+under the mask of `ladref.masks`:
+  * the lookahead branch makes one Jacobi iteration of the 2-D window: the newest row's
+    predictions become a new row, and each column of (old window + new row) is an n-gram for
+    the pool;
+  * the verification branch checks up to G pool n-grams that start with the current token and
+    accepts the longest one greedy decoding agrees with, plus the model's own next token.
+The output is therefore exactly greedy's, with 1..N tokens per step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .backend import ModelRunner
+from .common import TokenSink, check_budget, eos_ids, finish, prompt_ids
+from .config import LookaheadConfig
+from .greedy import prefill
+from .masks import build_step_inputs
+from .ngram_pool import NGramPool
+from .results import DecodeResult, DecodeStats
+from .verify import verify_greedy
+
+
+@dataclass
+class LookaheadState:
+    """Per-call state: the 2-D window, the pool and how many steps have run.
+
+    Attributes:
+        window: (N-1, W) past Jacobi iterations, oldest row first.
+        pool: the `NGramPool`.
+        steps: lookahead steps run so far.
+    """
+
+    window: torch.Tensor
+    pool: NGramPool
+    steps: int = 0
+
+    @classmethod
+    def start(cls, prompt: torch.Tensor, config: LookaheadConfig) -> "LookaheadState":
+        """Fill the window with the prompt's last tokens (cycled) and seed the pool if asked."""
+        W, N = config.window_size, config.ngram_size
+        cells = (N - 1) * W
+        window = prompt[-cells:].repeat(cells)[:cells].view(N - 1, W).clone()
+        pool = NGramPool(N, config.capacity)
+        if config.pool_from_prompt:
+            pool.seed_from_tokens(prompt.tolist())
+        return cls(window, pool)
+
+
+def lookahead_step(runner: ModelRunner, state: LookaheadState, current: int, config: LookaheadConfig) -> tuple[list[int], int]:
+    """One combined lookahead + verification step.
+
+    Args:
+        runner: model and KV cache; the cache holds everything before `current`.
+        state: window and pool, updated in place.
+        current: the last accepted token.
+        config: W, N, G.
+
+    Returns:
+        (accepted tokens (1..N of them), tokens fed to the model).
+    """
+    past = runner.past_len
+    # 1. Candidates: up to G pool n-grams that start with the current token.
+    candidates = state.pool.candidates(current, config.max_candidates)  # (g, N-1)
+    # 2. One forward pass over both branches under the combined mask.
+    step = build_step_inputs(current, state.window, candidates, past)
+    last_row, cand_index = step.layout.last_row_index(), step.layout.candidate_index()
+    keep = torch.cat([torch.tensor([0]), last_row, cand_index.flatten()])
+    preds = runner.forward(step.input_ids, step.position_ids, step.allowed, keep).argmax(dim=-1).cpu()
+    W = config.window_size
+    first, new_row, cand_preds = preds[0], preds[1 : W + 1], preds[W + 1 :].view_as(candidates)
+    # 3. Lookahead branch: harvest n-grams down the trajectory once the window holds model
+    #    outputs, then slide the window by one row.
+    window = step.input_ids[: step.layout.lookahead_len].view_as(state.window)  # cell (0, 0) = current
+    if state.steps >= config.ngram_size - 2:
+        state.pool.harvest(window, new_row)
+    state.window = torch.cat([window[1:], new_row[None]])
+    state.steps += 1
+    # 4. Verification branch: longest candidate prefix that greedy agrees with, plus one token.
+    verdict = verify_greedy(candidates, first, cand_preds)
+    # 5. Commit the current token and the accepted candidate tokens to the KV cache.
+    kept = torch.tensor([0]) if verdict.best is None else torch.cat([torch.tensor([0]), cand_index[verdict.best, : verdict.matched]])
+    runner.commit(past, kept)
+    return verdict.tokens.tolist(), step.layout.length
+
+
+@torch.inference_mode()
+def lookahead_decode(
+    model: torch.nn.Module,
+    input_ids: object,
+    config: LookaheadConfig | None = None,
+    max_new_tokens: int = 64,
+    *,
+    eos_token_id: int | Iterable[int] | None = None,
+    tokenizer: object = None,
+) -> DecodeResult:
+    """Lookahead decoding; output identical to `greedy_decode`, in fewer steps.
+
+    Args:
+        model: a transformers decoder-only model (eager or SDPA attention).
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
+        config: W, N, G and pool options; default `LookaheadConfig()`.
+        max_new_tokens: most tokens to generate.
+        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
+        tokenizer: optional, to decode the text.
+
+    Returns:
+        `DecodeResult`; `stats.compression` is the paper's S (tokens per step).
+    """
+    config = LookaheadConfig() if config is None else config
+    if not isinstance(config, LookaheadConfig):
+        raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
+    start = time.perf_counter()
+    prompt = prompt_ids(model, input_ids)
+    check_budget(model, prompt.shape[0], max_new_tokens, config.window_size + config.ngram_size)
+    runner, stats = ModelRunner(model), DecodeStats()
+    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id))
+    state = LookaheadState.start(prompt, config)
+    current = prefill(runner, prompt, stats)
+    while not sink.done:
+        accepted, width = lookahead_step(runner, state, current, config)
+        stats.record(sink.extend(accepted), width)
+        current = accepted[-1]
+    return finish(sink, stats, start, runner.device, tokenizer, "lookahead")

