@@ -1,0 +1,103 @@
+"""Task 1.1: the combined step's inputs and attention mask (paper Fig. 5)."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import tiny_model
+
+from ladref.backend import ModelRunner
+from ladref.masks import StepLayout, build_step_inputs, render, to_additive
+
+pytestmark = pytest.mark.task1_1
+
+layouts = st.builds(StepLayout, st.integers(1, 8), st.integers(2, 6), st.integers(0, 8))
+
+
+def naive_sequence(layout: StepLayout, i: int) -> list[int]:
+    """The flat indices of the sequence token i extends, from the rules, one token at a time."""
+    W, L = layout.window_size, layout.lookahead_len
+    if i < L:  # lookahead cell (r, c): row 0 up to column c, then column c down to row r
+        r, c = divmod(i, W)
+        return [col for col in range(c + 1)] + [row * W + c for row in range(1, r + 1)]
+    k, j = divmod(i - L, layout.ngram_size - 1)  # candidate k, token j: current token, then k's tokens
+    return [0] + [L + k * (layout.ngram_size - 1) + t for t in range(j + 1)]
+
+
+def naive_allowed(layout: StepLayout) -> torch.Tensor:
+    allowed = torch.zeros(layout.length, layout.length, dtype=torch.bool)
+    for i in range(layout.length):
+        allowed[i, naive_sequence(layout, i)] = True
+    return allowed
+
+
+@given(layouts)
+def test_mask_equals_naive_reference(layout):
+    assert torch.equal(layout.allowed(), naive_allowed(layout))
+
+
+@given(layouts)
+def test_every_token_sees_one_complete_causal_sequence(layout):
+    # the tokens a query sees sit at positions 0, 1, .., its own position: exactly one each
+    offsets, allowed = layout.position_offsets(), layout.allowed()
+    for i in range(layout.length):
+        seen = sorted(offsets[allowed[i]].tolist())
+        assert seen == list(range(int(offsets[i]) + 1))
+
+
+@given(layouts)
+def test_branches_never_see_each_other(layout):
+    allowed, L = layout.allowed(), layout.lookahead_len
+    assert not allowed[:L, L:].any()  # lookahead never sees a candidate
+    assert not allowed[L:, 1:L].any()  # candidates see only the current token of the window
+    assert allowed[L:, 0].all() if layout.num_candidates else True
+
+
+def test_figure_5_layout():
+    # W = 5, N = 4, two candidates: 3 * 5 window tokens + 2 * 3 candidate tokens
+    layout = StepLayout(5, 4, 2)
+    assert layout.length == 21
+    assert layout.position_offsets().tolist() == [0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 1, 2, 3, 1, 2, 3]
+    assert layout.last_row_index().tolist() == [10, 11, 12, 13, 14]
+    assert layout.candidate_index().tolist() == [[15, 16, 17], [18, 19, 20]]
+    picture = render(layout.allowed())  # cell (2, 1) sees (0, 0), (0, 1), (1, 1) and itself
+    assert picture.splitlines()[11].split()[1] == "##....#....#........."
+
+
+def test_build_step_inputs_places_tokens():
+    window = torch.arange(10, 22).view(3, 4)  # (N-1, W) = (3, 4)
+    candidates = torch.tensor([[7, 8, 9]])  # (g, N-1)
+    step = build_step_inputs(5, window, candidates, position=100)
+    assert step.input_ids.tolist() == [5] + list(range(11, 22)) + [7, 8, 9]
+    assert step.position_ids[:4].tolist() == [100, 101, 102, 103]
+    assert step.position_ids[-3:].tolist() == [101, 102, 103]
+    with pytest.raises(ValueError, match="N-1"):
+        build_step_inputs(5, window, torch.tensor([[1, 2]]), 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_additive_form(dtype):
+    allowed = StepLayout(3, 3, 1).allowed()
+    mask = to_additive(allowed, past_len=4, dtype=dtype)
+    q = allowed.shape[0]
+    assert mask.shape == (1, 1, q, 4 + q) and mask.dtype == dtype
+    assert (mask[0, 0, :, :4] == 0).all()  # everyone sees the KV cache
+    assert torch.equal(mask[0, 0, :, 4:] == 0, allowed)
+    assert (mask[0, 0, :, 4:][~allowed] == torch.finfo(dtype).min).all()
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_masked_step_logits_equal_plain_causal_forward(arch):
+    """Every token of a combined step gets the logits a plain forward over its own sequence gives."""
+    model = tiny_model(arch, 16, 1)
+    prompt = torch.tensor([3, 1, 4, 1, 5])
+    window = torch.randint(0, 16, (3, 4), generator=torch.Generator().manual_seed(0))
+    candidates = torch.tensor([[2, 6, 5], [9, 9, 9]])
+    runner = ModelRunner(model)
+    runner.forward(prompt[:-1])
+    step = build_step_inputs(int(prompt[-1]), window, candidates, runner.past_len)
+    logits = runner.forward(step.input_ids, step.position_ids, step.allowed)  # (q, V)
+    for i in range(step.layout.length):
+        sequence = torch.cat([prompt[:-1], step.input_ids[naive_sequence(step.layout, i)]])
+        expected = model(sequence[None]).logits[0, -1]
+        torch.testing.assert_close(logits[i], expected, rtol=1e-9, atol=1e-9)

@@ -1,0 +1,68 @@
+"""Task 1.2: the n-gram pool (keyed by first token, per-key capacity, most recently used first)."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ladref.ngram_pool import NGramPool
+
+pytestmark = pytest.mark.task1_2
+
+
+def test_candidates_most_recent_first_and_capacity():
+    pool = NGramPool(3, capacity=2)
+    pool.add([1, 2, 3])
+    pool.add([1, 4, 5])
+    assert pool.candidates(1, 5).tolist() == [[4, 5], [2, 3]]
+    pool.add([1, 2, 3])  # refresh moves it to the front
+    assert pool.candidates(1, 5).tolist() == [[2, 3], [4, 5]]
+    pool.add([1, 6, 7])  # full key drops its least recently used n-gram
+    assert pool.candidates(1, 5).tolist() == [[6, 7], [2, 3]]
+    assert [1, 4, 5] not in pool and [1, 2, 3] in pool
+    assert pool.candidates(1, 1).tolist() == [[6, 7]]
+    assert len(pool) == 2
+
+
+def test_unknown_key_gives_empty_candidates():
+    empty = NGramPool(4, capacity=3).candidates(9, 3)
+    assert empty.shape == (0, 3) and empty.dtype == torch.long
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="ngram_size"):
+        NGramPool(1, 3)
+    with pytest.raises(ValueError, match="capacity"):
+        NGramPool(3, 0)
+    with pytest.raises(ValueError, match="N = 3"):
+        NGramPool(3, 2).add([1, 2])
+
+
+def test_seed_from_prompt_adds_every_ngram():
+    pool = NGramPool(3, capacity=4)
+    pool.seed_from_tokens([5, 6, 7, 5, 6, 8])
+    assert pool.candidates(5, 4).tolist() == [[6, 8], [6, 7]]
+    assert pool.candidates(6, 4).tolist() == [[7, 5]]
+    assert len(pool) == 4
+
+
+def test_harvest_reads_columns_of_the_trajectory():
+    # window rows are successive Jacobi iterates; column c holds positions p+c .. p+c+N-1
+    window = torch.tensor([[1, 2, 3], [4, 5, 6]])  # (N-1, W) = (2, 3)
+    new_row = torch.tensor([7, 8, 9])  # (W,)
+    pool = NGramPool(3, capacity=2)
+    assert pool.harvest(window, new_row) == [(1, 4, 7), (2, 5, 8), (3, 6, 9)]
+    assert pool.candidates(2, 2).tolist() == [[5, 8]]
+
+
+@given(st.integers(2, 4), st.integers(1, 3), st.lists(st.lists(st.integers(0, 3), min_size=4, max_size=4), max_size=40))
+def test_pool_matches_a_naive_lru_model(n, capacity, ngrams):
+    pool, naive = NGramPool(n, capacity), {}
+    for ngram in ngrams:
+        ngram = ngram[:n]
+        pool.add(ngram)
+        entries = [e for e in naive.get(ngram[0], []) if e != tuple(ngram[1:])]
+        naive[ngram[0]] = ([tuple(ngram[1:])] + entries)[:capacity]
+    for key in range(4):
+        assert [tuple(c) for c in pool.candidates(key, capacity).tolist()] == naive.get(key, [])
+    assert len(pool) == sum(len(v) for v in naive.values())
