@@ -1,0 +1,235 @@
+"""FLOPs accounting for greedy, Jacobi and lookahead decoding, from the model's shape.
+
+The estimate counts the matrix multiplications of one forward pass, the way
+`torch.utils.flop_counter.FlopCounterMode` does (2 FLOPs per multiply-add; norms, activations,
+softmax, biases and the embedding lookup are ignored). A pass over ``q`` new tokens, with ``c``
+tokens already in the KV cache and ``k`` positions whose logits are computed, costs::
+
+    F(q, c, k) = 2 * P * q                      # the layers' weight matrices (P parameters)
+               + 4 * L * A * q * (c + q)        # Q K^T and softmax(.) V over the full context
+               + 2 * d * V * k                  # the LM head, only for the kept logits
+
+with L layers, hidden size d, attention width A = heads * head_dim, vocabulary V. The attention
+term is for the full (q, c + q) score matrix: ladref's custom mask hides entries but the kernel
+still computes them (and grouped-query K/V are broadcast to all heads before the products).
+
+Per step of decoding, with context ``c``:
+  * greedy: ``F(1, c, 1)`` for 1 token;
+  * Jacobi with block m: ``F(m + 1, c, m + 1)`` for 1..m+1 tokens;
+  * lookahead with W, N and g <= G candidates: ``F((N-1)(W+g), c, 1 + W + g(N-1))`` for 1..N tokens.
+Lookahead therefore spends about (N-1)(W+G) times greedy's FLOPs per step to save a factor S
+of steps: its FLOPs ratio to greedy is roughly (N-1)(W+G) / S (the paper's "extra FLOPs").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import LookaheadConfig
+from .results import DecodeStats
+
+METHODS = ("greedy", "jacobi", "lookahead", "plookup")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the FLOPs formula needs to know about a model.
+
+    Attributes:
+        layers: L, transformer blocks.
+        hidden_size: d, the residual width (input of the LM head).
+        attention_width: A = attention heads * head dim (width of Q K^T and of softmax(.) V).
+        vocab_size: V, LM-head outputs.
+        layer_params: P, parameters of the weight matrices inside the blocks (2-D weights of
+            linear / Conv1D layers; norms, biases, embeddings and the LM head excluded).
+    """
+
+    layers: int
+    hidden_size: int
+    attention_width: int
+    vocab_size: int
+    layer_params: int
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden_size", "attention_width", "vocab_size", "layer_params"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelShape.{name} must be an int >= 1, got {value!r}")
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module) -> "ModelShape":
+        """Read L, d, A, V from ``model.config`` and count P from the model's blocks.
+
+        Args:
+            model: a transformers decoder-only causal LM (Llama, Qwen2, GPT-2, ...).
+        """
+        if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+            raise TypeError(f"model must be a transformers causal LM, got {type(model).__name__}")
+        config = model.config.get_text_config()
+        layers = _first(config, "num_hidden_layers", "n_layer")
+        hidden = _first(config, "hidden_size", "n_embd")
+        heads = _first(config, "num_attention_heads", "n_head")
+        head_dim = getattr(config, "head_dim", None) or hidden // heads
+        vocab = model.get_output_embeddings().weight.shape[0]
+        return cls(layers, hidden, heads * head_dim, vocab, _layer_matrix_params(model))
+
+
+def _first(config: object, *names: str) -> int:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return int(value)
+    raise ValueError(f"model config has none of {names}; cannot estimate FLOPs")
+
+
+def _layer_matrix_params(model: torch.nn.Module) -> int:
+    """Parameters of 2-D weights other than the input embeddings and the LM head."""
+    skip = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    skip |= {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}  # e.g. GPT-2 positions
+    return sum(p.numel() for p in model.parameters() if p.dim() == 2 and id(p) not in skip)
+
+
+def forward_flops(shape: ModelShape, new_tokens: int, context: int, logits: int | None = None) -> int:
+    """F(q, c, k): FLOPs of one forward pass (matmuls only, 2 per multiply-add).
+
+    Args:
+        shape: the model's `ModelShape`.
+        new_tokens: q >= 1, tokens fed in this pass.
+        context: c >= 0, tokens already in the KV cache.
+        logits: k, positions whose LM-head logits are computed; default q.
+
+    Returns:
+        2*P*q + 4*L*A*q*(c+q) + 2*d*V*k.
+    """
+    logits = new_tokens if logits is None else logits
+    for name, value, low in (("new_tokens", new_tokens, 1), ("context", context, 0), ("logits", logits, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    q, c = new_tokens, context
+    weights = 2 * shape.layer_params * q
+    attention = 4 * shape.layers * shape.attention_width * q * (c + q)
+    head = 2 * shape.hidden_size * shape.vocab_size * logits
+    return weights + attention + head
+
+
+def lookahead_step_shape(config: LookaheadConfig, candidates: int | None = None) -> tuple[int, int]:
+    """(q, k) of one lookahead step: tokens fed and logits kept, for g candidates (default G)."""
+    W, N = config.window_size, config.ngram_size
+    g = config.max_candidates if candidates is None else candidates
+    return (N - 1) * (W + g), 1 + W + g * (N - 1)
+
+
+def step_flops(shape: ModelShape, method: str, context: int, config: LookaheadConfig | None = None,
+               block_size: int = 8, candidates: int | None = None) -> int:
+    """FLOPs of one decoding step of `method` at context length c (worst case g = G for lookahead).
+
+    Args:
+        shape: the model's `ModelShape`.
+        method: "greedy", "plookup" (estimated as greedy's step), "jacobi" or "lookahead".
+        context: c, tokens in the KV cache before the step.
+        config: W, N, G for "lookahead" (default `LookaheadConfig()`).
+        block_size: m for "jacobi".
+        candidates: g for "lookahead"; default G.
+    """
+    if method in ("greedy", "plookup"):
+        return forward_flops(shape, 1, context, 1)
+    if method == "jacobi":
+        return forward_flops(shape, block_size + 1, context, block_size + 1)
+    if method == "lookahead":
+        q, k = lookahead_step_shape(config or LookaheadConfig(), candidates)
+        return forward_flops(shape, q, context, k)
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+
+
+def flops_ratio(shape: ModelShape, config: LookaheadConfig, compression: float, context: int) -> float:
+    """Predicted lookahead / greedy FLOPs per generated token: F_lookahead(c) / (S * F_greedy(c)).
+
+    Args:
+        shape: the model's `ModelShape`.
+        config: W, N, G (every step charged for G candidates, an upper bound).
+        compression: S, tokens per lookahead step (measured, >= 1).
+        context: c, a typical context length.
+    """
+    if not compression >= 1:
+        raise ValueError(f"compression S must be >= 1, got {compression!r}")
+    return step_flops(shape, "lookahead", context, config) / (compression * step_flops(shape, "greedy", context))
+
+
+@dataclass(frozen=True)
+class FlopsReport:
+    """FLOPs of one decoding call.
+
+    Attributes:
+        prefill: FLOPs of the prompt pass (all prompt tokens but the last, one logit kept).
+        per_step: FLOPs of each decoding step, in order.
+    """
+
+    prefill: int
+    per_step: tuple[int, ...]
+
+    @property
+    def decode(self) -> int:
+        """FLOPs of the decoding steps (prefill excluded)."""
+        return sum(self.per_step)
+
+    @property
+    def total(self) -> int:
+        return self.prefill + self.decode
+
+
+def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: LookaheadConfig | None = None) -> FlopsReport:
+    """Replay a call's `DecodeStats` through the formula, step by step.
+
+    The context of step i is the prefill plus every token accepted before it; its width q is
+    ``stats.forward_tokens_per_step[i]`` (so a lookahead step with g < G candidates is charged
+    for g). "plookup" steps are charged as q-token passes with all q logits, since transformers'
+    prompt lookup verifies q-1 drafted tokens and reads every logit.
+
+    Args:
+        shape: the model's `ModelShape`.
+        stats: the `DecodeStats` of a greedy / jacobi / lookahead / plookup call.
+        method: which decoder produced `stats` (decides the logits kept per step).
+        config: the W, N, G used, for "lookahead".
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "lookahead" and config is None:
+        raise ValueError("decode_flops needs the LookaheadConfig of a lookahead call")
+    prefill = forward_flops(shape, stats.prefill_tokens, 0, 1) if stats.prefill_tokens else 0
+    context, per_step = stats.prefill_tokens, []
+    for accepted, q in zip(stats.accepted_per_step, stats.forward_tokens_per_step):
+        if method == "lookahead":
+            W, N = config.window_size, config.ngram_size
+            k = 1 + W + (q // (N - 1) - W) * (N - 1)
+        else:
+            k = q if method in ("jacobi", "plookup") else 1
+        per_step.append(forward_flops(shape, q, context, k))
+        context += accepted
+    return FlopsReport(prefill, tuple(per_step))
+
+
+def measure_forward_flops(model: torch.nn.Module, new_tokens: int, context: int, logits: int | None = None) -> int:
+    """Count one forward pass's FLOPs with `torch.utils.flop_counter.FlopCounterMode`.
+
+    Fills the KV cache with `context` arbitrary tokens (not counted), then counts a pass over
+    `new_tokens` more with `logits` logits kept (default all). Use an eager-attention model:
+    fused SDPA kernels may not be counted on every device.
+
+    Returns:
+        The counted FLOPs, to compare with `forward_flops`.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .backend import ModelRunner
+
+    runner = ModelRunner(model)
+    vocab = model.get_input_embeddings().num_embeddings
+    with torch.inference_mode():
+        if context:
+            runner.forward(torch.arange(context) % vocab)
+        keep = None if logits is None else torch.arange(logits)
+        with FlopCounterMode(display=False) as counter:
+            runner.forward(torch.arange(new_tokens) % vocab, keep=keep)
+    return int(counter.get_total_flops())
