@@ -1,0 +1,61 @@
+"""The documentation site: `mkdocs build --strict` passes and the pages say what the code does."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
+
+for module in ("mkdocs", "material", "mkdocstrings", "mkdocs_jupyter"):
+    pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[dev]')")
+
+
+def nav_targets() -> list[str]:
+    """Every page path named in mkdocs.yml's nav (read as text: the file also holds plugin options)."""
+    text = (ROOT / "mkdocs.yml").read_text()
+    nav = text.split("\nnav:\n", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"([\w/.-]+\.(?:md|ipynb))\s*$", nav, flags=re.M)
+
+
+def test_nav_lists_every_page_and_tutorial():
+    targets = set(nav_targets())
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert pages <= targets, f"pages missing from the nav: {sorted(pages - targets)}"
+    assert {f"tutorials/{t.stem}.ipynb" for t in TUTORIALS} <= targets
+    assert targets - pages <= {f"tutorials/{t.stem}.ipynb" for t in TUTORIALS}, "nav names a missing page"
+
+
+def test_glossary_names_are_real():
+    from ladref import LookaheadConfig
+
+    glossary = (DOCS / "glossary.md").read_text()
+    for symbol, field, reference in (("W", "window_size", "WINDOW_SIZE"), ("N", "ngram_size", "LEVEL"),
+                                     ("G", "max_candidates", "GUESS_SET_SIZE")):
+        assert f"| {symbol} | `LookaheadConfig.{field}` | `{reference}` |" in glossary
+    fields = {f.name for f in dataclasses.fields(LookaheadConfig)}
+    for name in re.findall(r"`LookaheadConfig\.(\w+)", glossary):
+        assert name in fields or hasattr(LookaheadConfig, name), name
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict(tmp_path):
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for tutorial in TUTORIALS:
+        page = site / "tutorials" / tutorial.stem / "index.html"
+        assert page.is_file(), f"no page for {tutorial.name}"
+        assert "Exercises" in page.read_text()
+    assert "GUESS_SET_SIZE" in (site / "glossary" / "index.html").read_text()
+    api = (site / "reference" / "decoders" / "index.html").read_text()
+    assert "lookahead_decode" in api and "compression" in api  # rendered from the docstrings
+    assert "make_student.py" in (site / "assignments" / "index.html").read_text()  # snippet included

@@ -1,0 +1,141 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 2. The n-gram pool: harvesting the Jacobi trajectory, seeding from the prompt
+#
+# Jacobi iterations rarely put a right token at the right position, but they do produce
+# plausible **n-grams**: short runs of tokens, each predicted by the model from the ones before
+# it. Lookahead decoding keeps them in a pool (`ladref.ngram_pool.NGramPool`) keyed by their
+# first token, and later proposes them as candidates whenever the current token matches a key.
+
+# %%
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
+
+# %%
+import contextlib
+import io
+
+import torch
+
+from ladref import LookaheadConfig, chat_ids, load_default_model, lookahead_decode
+from ladref.backend import ModelRunner
+from ladref.greedy import prefill
+from ladref.lookahead import LookaheadState, lookahead_step
+from ladref.ngram_pool import NGramPool
+from ladref.results import DecodeStats
+
+with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
+    model, tokenizer = load_default_model(device="cpu")
+
+
+def show(ids):
+    """Tokens as short readable strings."""
+    return [repr(tokenizer.decode([int(t)]))[1:-1] for t in ids]
+
+
+# %% [markdown]
+# ## The pool on its own
+#
+# An n-gram of N tokens is stored as key = its first token, value = the other N-1 tokens (a
+# *continuation*). Each key keeps at most `capacity` continuations, most recently used first;
+# a full key forgets its least recently used one.
+
+# %%
+pool = NGramPool(ngram_size=3, capacity=2)
+for ngram in ([1, 2, 3], [1, 4, 5], [1, 2, 3], [1, 6, 7]):
+    pool.add(ngram)
+    print(f"add {ngram} -> candidates for key 1: {pool.candidates(1, limit=5).tolist()}")
+
+# %% [markdown]
+# `[1, 2, 3]` was refreshed by its second insertion, so adding `[1, 6, 7]` evicted
+# `[1, 4, 5]`, the least recently used.
+#
+# ## Seeding from the prompt
+#
+# With `LookaheadConfig(pool_from_prompt=True)` (the default), every n-gram of the prompt goes
+# into the pool before decoding starts (`seed_from_tokens`). Answers often repeat their question.
+
+# %%
+text = "Rewrite this sentence in the past tense: the cat sits on the mat and the dog sleeps on the rug."
+prompt = chat_ids(tokenizer, text)[0]
+seeded = NGramPool(ngram_size=4, capacity=4)
+seeded.seed_from_tokens(prompt.tolist())
+print(f"{prompt.shape[0]} prompt tokens -> {len(seeded)} 4-grams in the pool")
+the = tokenizer.encode(" the")[0]
+for cand in seeded.candidates(the, limit=4):
+    print(f"  ' the' -> {show(cand)}")
+
+# %% [markdown]
+# ## Harvesting the Jacobi trajectory
+#
+# The lookahead branch keeps the last N-1 Jacobi iterations of a W-token guess as a window of
+# shape (N-1, W), each row one position to the right of the row above. One step predicts a new
+# row; each **column** of `[window; new row]` then reads N tokens at consecutive positions, each
+# the model's prediction after the ones above it: an n-gram. `NGramPool.harvest` adds the W
+# column n-grams, and the window slides by one row.
+#
+# We run the real combined step (`lookahead_step`) with verification turned off (G = 0, so one
+# greedy token per step) and an empty pool, and print the window and the harvested n-grams.
+# (The pool keeps `max(G, 1)` continuations per key unless `pool_capacity` is given; we give 8.)
+
+# %%
+config = LookaheadConfig(window_size=5, ngram_size=4, max_candidates=0, pool_from_prompt=False, pool_capacity=8)
+runner, stats = ModelRunner(model), DecodeStats()
+state = LookaheadState.start(prompt, config)
+current = prefill(runner, prompt, stats)
+with torch.inference_mode():
+    for step in range(5):
+        window = state.window.clone()
+        window[0, 0] = current  # the step replaces cell (0, 0) with the current token
+        accepted, width = lookahead_step(runner, state, current, config)
+        new_row = state.window[-1]
+        print(f"step {step}: current {show([current])[0]!r}, accepted {show(accepted)}, {width} tokens fed")
+        for r in range(window.shape[0]):
+            print(f"   window row {r}: {' | '.join(f'{t:>9}' for t in show(window[r]))}")
+        print(f"   new row     : {' | '.join(f'{t:>9}' for t in show(new_row))}")
+        if step >= config.ngram_size - 2:  # harvesting starts once the window holds model outputs
+            grid = torch.cat([window, new_row[None]])
+            print("   harvested:", ["".join(show(col)) for col in grid.t()])
+        else:
+            print("   (window still holds prompt tokens: nothing harvested yet)")
+        current = accepted[-1]
+print(f"pool size after 5 steps: {len(state.pool)} n-grams")
+
+# %% [markdown]
+# Early windows are made of prompt tokens cycled into place, so the first N-2 steps harvest
+# nothing; afterwards every step adds W n-grams. Many are wrong for the current position but
+# right *somewhere later*: that is what verification exploits.
+#
+# ## Does the pool pay off?
+#
+# Compare full lookahead decoding (verification on, G = 4) with and without prompt seeding on
+# the prompt above. Both produce exactly greedy's tokens; S is tokens per step.
+
+# %%
+for from_prompt in (False, True):
+    cfg = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4, pool_from_prompt=from_prompt)
+    result = lookahead_decode(model, prompt, cfg, 32, tokenizer=tokenizer)
+    print(f"pool_from_prompt={from_prompt}: {result.stats.steps} steps for {result.stats.new_tokens} tokens, "
+          f"S = {result.stats.compression:.2f}")
+print(result.text)
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Count how many harvested n-grams later appear, token for token, in the greedy output.
+#    How does that fraction change with W and with N?
+# 2. Implement an unbounded pool (the reference implementation's `GUESS_SET_SIZE = -1`). Does it
+#    help S on this prompt? What does it cost at verification time?
+# 3. The pool is keyed by one token. Sketch a pool keyed by the last two tokens. Which
+#    candidates would it stop proposing, and why might that help or hurt?
+# 4. Why must harvesting wait N-2 steps after the window is initialised from the prompt?
