@@ -16,26 +16,51 @@ from __future__ import annotations
 import inspect
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, DynamicLayer
 
 from .masks import to_additive
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# forward() arguments a step needs: the custom mask, explicit positions and a rollable KV cache
+FORWARD_ARGS = ("attention_mask", "position_ids", "past_key_values")
 
 
 def check_model(model: object) -> None:
-    """Raise a clear error if `model` cannot run ladref's custom-mask forward passes."""
+    """Raise a clear error if `model` cannot run ladref's custom-mask forward passes.
+
+    Checked before any forward pass: a decoder-only `torch.nn.Module` with a config; a forward
+    taking a 4-D mask, position ids and a KV cache (recurrent models such as Mamba do not); eager
+    or SDPA attention (flash-attention kernels ignore custom masks); full-attention KV layers only
+    (a sliding-window or linear-attention cache cannot be rolled back); floating-point weights.
+    """
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model must be a transformers causal LM (torch.nn.Module with .config), got {type(model).__name__}")
-    config = model.config
+    name, config = type(model).__name__, model.config
     if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"{type(model).__name__} is an encoder-decoder model; ladref decodes decoder-only causal LMs")
+        raise ValueError(f"{name} is an encoder-decoder model; ladref decodes decoder-only causal LMs")
+    params = inspect.signature(model.forward).parameters
+    missing = [arg for arg in FORWARD_ARGS if arg not in params]
+    if missing:
+        raise ValueError(
+            f"{name} (model_type {getattr(config, 'model_type', '?')!r}) is not an attention model with a KV cache: "
+            f"its forward() lacks {', '.join(missing)}; recurrent / state-space models cannot run lookahead steps"
+        )
     impl = getattr(config, "_attn_implementation", None)
     if impl not in SUPPORTED_ATTENTION:
         raise ValueError(
             f"attention implementation {impl!r} cannot take ladref's custom 4-D attention mask; "
             f"load the model with attn_implementation='sdpa' or 'eager'"
         )
+    kinds = {type(layer).__name__ for layer in DynamicCache(config=config).layers}
+    if kinds - {DynamicLayer.__name__}:
+        raise ValueError(
+            f"{name} has {', '.join(sorted(kinds - {DynamicLayer.__name__}))} cache layers (sliding-window or "
+            "recurrent attention), whose cache ladref cannot roll back; use a model with full attention"
+        )
+    dtype = next(model.parameters()).dtype
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name} has {dtype} weights; ladref needs float16, bfloat16, float32 or float64 weights")
 
 
 class ModelRunner:
@@ -49,11 +74,6 @@ class ModelRunner:
         check_model(model)
         self.model = model
         self.cache = DynamicCache(config=model.config)
-        if any(getattr(layer, "is_sliding", False) for layer in self.cache.layers):
-            raise ValueError(
-                f"{type(model).__name__} uses sliding-window attention layers, whose cache cannot be "
-                "rolled back by ladref; use a model with full attention"
-            )
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters

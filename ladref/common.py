@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
+from .backend import check_model
 from .results import DecodeResult, DecodeStats
 
 
@@ -15,12 +16,20 @@ def prompt_ids(model: torch.nn.Module, input_ids: object) -> torch.Tensor:
 
     Args:
         model: the model (its vocabulary size bounds the ids).
-        input_ids: a list of ints, a (L,) tensor or a (1, L) tensor.
+        input_ids: a list of ints, a (L,) tensor or a (1, L) tensor, on the CPU or on the
+            model's device (a tensor on another accelerator is refused, not silently moved).
 
     Returns:
         (L,) long tensor.
+
+    Raises:
+        TypeError, ValueError: for a model ladref cannot run (`check_model`) or a bad prompt.
     """
+    check_model(model)
     if isinstance(input_ids, torch.Tensor):
+        model_device = model_param(model).device
+        if input_ids.device.type != "cpu" and input_ids.device != model_device:
+            raise ValueError(f"input_ids are on {input_ids.device} but the model is on {model_device}; move them with .to(model.device)")
         ids = input_ids.detach().cpu()
     elif isinstance(input_ids, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in input_ids):
         ids = torch.tensor(input_ids, dtype=torch.long)
@@ -42,6 +51,16 @@ def prompt_ids(model: torch.nn.Module, input_ids: object) -> torch.Tensor:
     return ids.long()
 
 
+def model_param(model: torch.nn.Module) -> torch.Tensor:
+    """The model's first parameter (its device and dtype stand for the model's)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a transformers causal LM (torch.nn.Module), got {type(model).__name__}")
+    param = next(model.parameters(), None)
+    if param is None:
+        raise ValueError(f"{type(model).__name__} has no parameters")
+    return param
+
+
 def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, lookahead: int) -> None:
     """Check max_new_tokens and that prompt + output (+ speculative positions) fit the context.
 
@@ -53,6 +72,8 @@ def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, l
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if limit is not None and prompt_len >= limit:
+        raise ValueError(f"the prompt ({prompt_len} tokens) leaves no room in the model's context of {limit} positions")
     need = prompt_len + max_new_tokens + lookahead
     if limit is not None and need > limit:
         raise ValueError(
@@ -61,18 +82,41 @@ def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, l
         )
 
 
-def eos_ids(model: torch.nn.Module, eos_token_id: int | Iterable[int] | None) -> frozenset[int]:
-    """EOS ids to stop at: the argument, else the model's generation config, else none."""
+def eos_ids(model: torch.nn.Module, eos_token_id: int | Iterable[int] | None, tokenizer: object = None) -> frozenset[int]:
+    """EOS ids to stop at.
+
+    Resolution order: the argument (an empty list means "no EOS, always generate max_new_tokens"),
+    the model's generation config, the model's config, the tokenizer's `eos_token_id`. A model
+    without any EOS is decoded to max_new_tokens; but passing a tokenizer (asking for text) whose
+    EOS is unknown everywhere is an error, since the output would never stop where text ends.
+    """
     if eos_token_id is None:
         config = getattr(model, "generation_config", None)
         eos_token_id = getattr(config, "eos_token_id", None) if config is not None else None
         if eos_token_id is None:
             eos_token_id = getattr(model.config, "eos_token_id", None)
+        if eos_token_id is None and tokenizer is not None:
+            eos_token_id = getattr(tokenizer, "eos_token_id", None)
+            if eos_token_id is None:
+                raise ValueError(
+                    f"the tokenizer ({type(tokenizer).__name__}) has no EOS token and neither has the model; pass "
+                    "eos_token_id=<id>, or eos_token_id=[] to always generate max_new_tokens tokens"
+                )
     if eos_token_id is None:
         return frozenset()
-    if isinstance(eos_token_id, int):
-        return frozenset([eos_token_id])
-    return frozenset(int(t) for t in eos_token_id)
+    ids = [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id
+    if isinstance(ids, torch.Tensor):
+        ids = ids.flatten().tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise TypeError(f"eos_token_id must be an int or a list of ints, got {type(eos_token_id).__name__}")
+    ids = list(ids)
+    vocab = model.get_input_embeddings().num_embeddings
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise TypeError(f"eos_token_id must hold ints, got {type(token).__name__}")
+        if not 0 <= token < vocab:
+            raise ValueError(f"eos_token_id {token} is outside the model's vocabulary [0, {vocab})")
+    return frozenset(ids)
 
 
 class TokenSink:
@@ -80,11 +124,26 @@ class TokenSink:
 
     Accepting stops right after an EOS token (which is kept, as transformers does) or at
     `max_new_tokens`, even when that falls inside a multi-token step.
+
+    Args:
+        max_new_tokens: most tokens kept.
+        eos: ids that end the output.
+        stop: optional extra rule, called with all tokens kept so far after each one (e.g.
+            transformers stopping criteria); True stops right after that token.
+        stream: optional callback receiving each kept token, in order (e.g. a streamer).
     """
 
-    def __init__(self, max_new_tokens: int, eos: frozenset[int]) -> None:
+    def __init__(
+        self,
+        max_new_tokens: int,
+        eos: frozenset[int],
+        stop: Callable[[list[int]], bool] | None = None,
+        stream: Callable[[int], None] | None = None,
+    ) -> None:
         self.max_new_tokens = max_new_tokens
         self.eos = eos
+        self.stop = stop
+        self.stream = stream
         self.tokens: list[int] = []
         self.done = False
 
@@ -96,7 +155,10 @@ class TokenSink:
                 break
             self.tokens.append(int(token))
             kept += 1
+            if self.stream is not None:
+                self.stream(int(token))
             self.done = int(token) in self.eos or len(self.tokens) >= self.max_new_tokens
+            self.done = self.done or (self.stop is not None and bool(self.stop(self.tokens)))
         return kept
 
 

@@ -52,7 +52,7 @@ def greedy_decode(
     prompt = prompt_ids(model, input_ids)
     check_budget(model, prompt.shape[0], max_new_tokens, 0)
     runner, stats = ModelRunner(model), DecodeStats()
-    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id))
+    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer))
     current = prefill(runner, prompt, stats)
     while not sink.done:
         logits = runner.forward(torch.tensor([current]))  # (1, V)

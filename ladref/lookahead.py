@@ -8,12 +8,17 @@ under the mask of `ladref.masks`:
   * the verification branch checks up to G pool n-grams that start with the current token and
     accepts the longest one greedy decoding agrees with, plus the model's own next token.
 The output is therefore exactly greedy's, with 1..N tokens per step.
+
+With ``do_sample=True`` the verification branch instead samples along the candidates' prefix
+tree, accepting drafts by rejection sampling (`ladref.sampling`): the output is then distributed
+exactly as ordinary sampling. The lookahead branch stays greedy in both cases: it only proposes
+drafts, and verification alone decides what is emitted (docs/sampling.md).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +30,10 @@ from .greedy import prefill
 from .masks import build_step_inputs
 from .ngram_pool import NGramPool
 from .results import DecodeResult, DecodeStats
-from .verify import verify_greedy
+from .sampling import GreedyChooser, SamplingChooser, make_chooser
+from .verify import verify_chosen, verify_greedy
+
+Chooser = GreedyChooser | SamplingChooser
 
 
 @dataclass
@@ -54,7 +62,14 @@ class LookaheadState:
         return cls(window, pool)
 
 
-def lookahead_step(runner: ModelRunner, state: LookaheadState, current: int, config: LookaheadConfig) -> tuple[list[int], int]:
+def lookahead_step(
+    runner: ModelRunner,
+    state: LookaheadState,
+    current: int,
+    config: LookaheadConfig,
+    chooser: Chooser | None = None,
+    context: list[int] | None = None,
+) -> tuple[list[int], int]:
     """One combined lookahead + verification step.
 
     Args:
@@ -62,6 +77,8 @@ def lookahead_step(runner: ModelRunner, state: LookaheadState, current: int, con
         state: window and pool, updated in place.
         current: the last accepted token.
         config: W, N, G.
+        chooser: None for greedy verification, else picks each verified token (`verify_chosen`).
+        context: the committed sequence ending with `current` (for the chooser's logits processors).
 
     Returns:
         (accepted tokens (1..N of them), tokens fed to the model).
@@ -73,7 +90,8 @@ def lookahead_step(runner: ModelRunner, state: LookaheadState, current: int, con
     step = build_step_inputs(current, state.window, candidates, past)
     last_row, cand_index = step.layout.last_row_index(), step.layout.candidate_index()
     keep = torch.cat([torch.tensor([0]), last_row, cand_index.flatten()])
-    preds = runner.forward(step.input_ids, step.position_ids, step.allowed, keep).argmax(dim=-1).cpu()
+    logits = runner.forward(step.input_ids, step.position_ids, step.allowed, keep)  # (1 + W + g*(N-1), V)
+    preds = logits.argmax(dim=-1).cpu()
     W = config.window_size
     first, new_row, cand_preds = preds[0], preds[1 : W + 1], preds[W + 1 :].view_as(candidates)
     # 3. Lookahead branch: harvest n-grams down the trajectory once the window holds model
@@ -83,12 +101,45 @@ def lookahead_step(runner: ModelRunner, state: LookaheadState, current: int, con
         state.pool.harvest(window, new_row)
     state.window = torch.cat([window[1:], new_row[None]])
     state.steps += 1
-    # 4. Verification branch: longest candidate prefix that greedy agrees with, plus one token.
-    verdict = verify_greedy(candidates, first, cand_preds)
+    # 4. Verification branch: longest candidate prefix that greedy agrees with, plus one token
+    #    (or, with a chooser, the prefix its draws accept, plus one drawn token).
+    if chooser is None:
+        verdict = verify_greedy(candidates, first, cand_preds)
+    else:
+        cand_logits = logits[W + 1 :].reshape(*candidates.shape, logits.shape[-1])  # (g, N-1, V)
+        verdict = verify_chosen(candidates, logits[0], cand_logits, chooser.choose, context or [current])
     # 5. Commit the current token and the accepted candidate tokens to the KV cache.
     kept = torch.tensor([0]) if verdict.best is None else torch.cat([torch.tensor([0]), cand_index[verdict.best, : verdict.matched]])
     runner.commit(past, kept)
     return verdict.tokens.tolist(), step.layout.length
+
+
+def run_lookahead(
+    runner: ModelRunner,
+    prompt: torch.Tensor,
+    config: LookaheadConfig,
+    sink: TokenSink,
+    stats: DecodeStats,
+    chooser: Chooser | None = None,
+) -> None:
+    """Prefill, then run lookahead steps until `sink` is done (the loop shared with `ladref.generate`).
+
+    Args:
+        runner: a fresh `ModelRunner` (empty cache).
+        prompt: (L,) prompt ids.
+        config: W, N, G.
+        sink: collects the accepted tokens and decides when to stop.
+        stats: filled in place.
+        chooser: None for greedy decoding.
+    """
+    state = LookaheadState.start(prompt, config)
+    current = prefill(runner, prompt, stats)
+    context = prompt.tolist()
+    while not sink.done:
+        accepted, width = lookahead_step(runner, state, current, config, chooser, context)
+        stats.record(sink.extend(accepted), width)
+        context.extend(accepted)
+        current = accepted[-1]
 
 
 @torch.inference_mode()
@@ -100,8 +151,14 @@ def lookahead_decode(
     *,
     eos_token_id: int | Iterable[int] | None = None,
     tokenizer: object = None,
+    do_sample: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    streamer: object = None,
 ) -> DecodeResult:
-    """Lookahead decoding; output identical to `greedy_decode`, in fewer steps.
+    """Lookahead decoding; greedy output identical to `greedy_decode`, in fewer steps.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
@@ -110,6 +167,13 @@ def lookahead_decode(
         max_new_tokens: most tokens to generate.
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
+        do_sample: sample instead of taking the argmax; the output is then distributed exactly as
+            `ladref.sampling.sample_decode` (ordinary sampling with the same warp).
+        temperature: sampling temperature (> 0; default 1).
+        top_k: keep the k most likely tokens when sampling (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
+        generator: CPU `torch.Generator` making the draws reproducible.
+        streamer: optional transformers streamer; receives each accepted token in order, then `end()`.
 
     Returns:
         `DecodeResult`; `stats.compression` is the paper's S (tokens per step).
@@ -117,15 +181,25 @@ def lookahead_decode(
     config = LookaheadConfig() if config is None else config
     if not isinstance(config, LookaheadConfig):
         raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
+    chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
     start = time.perf_counter()
     prompt = prompt_ids(model, input_ids)
     check_budget(model, prompt.shape[0], max_new_tokens, config.window_size + config.ngram_size)
     runner, stats = ModelRunner(model), DecodeStats()
-    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id))
-    state = LookaheadState.start(prompt, config)
-    current = prefill(runner, prompt, stats)
-    while not sink.done:
-        accepted, width = lookahead_step(runner, state, current, config)
-        stats.record(sink.extend(accepted), width)
-        current = accepted[-1]
+    stream = streamer_callback(streamer)
+    if streamer is not None:
+        streamer.put(prompt[None])  # the prompt first, as transformers' generate() does
+    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer), stream=stream)
+    run_lookahead(runner, prompt, config, sink, stats, chooser)
+    if streamer is not None:
+        streamer.end()
     return finish(sink, stats, start, runner.device, tokenizer, "lookahead")
+
+
+def streamer_callback(streamer: object) -> Callable[[int], None] | None:
+    """A per-token callback feeding a transformers streamer (`put` of a (1,) tensor), or None."""
+    if streamer is None:
+        return None
+    if not callable(getattr(streamer, "put", None)) or not callable(getattr(streamer, "end", None)):
+        raise TypeError(f"streamer must have put() and end() methods (a transformers BaseStreamer), got {type(streamer).__name__}")
+    return lambda token: streamer.put(torch.tensor([token]))

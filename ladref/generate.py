@@ -1,0 +1,157 @@
+"""Lookahead decoding inside transformers: ``model.generate(..., custom_generate=lookahead_generator())``.
+
+transformers 5.x calls a callable ``custom_generate`` in place of its own decoding loop, with the
+prepared inputs: ``(model, input_ids, logits_processor, stopping_criteria, generation_config,
+synced_gpus, streamer, **model_kwargs)``. `lookahead_generator` returns such a callable:
+
+* ``max_new_tokens`` / ``max_length``, ``eos_token_id`` and user stopping criteria act through the
+  prepared `stopping_criteria`, checked after every accepted token, so a multi-token step stops
+  exactly where one-token-per-step decoding would;
+* the prepared `logits_processor` (repetition penalty, temperature, top-k, top-p, ...) is applied
+  at every verified position with that position's own prefix; with ``do_sample=True`` the tokens
+  are drawn by `ladref.sampling.SamplingChooser`, keeping generate's sampling distribution;
+* a streamer gets the prompt, then every accepted token in order, then ``end()``. transformers
+  5.x does not forward ``generate(streamer=...)`` to a callable ``custom_generate`` (it puts the
+  prompt, then drops it), so give the streamer to ``lookahead_generator(streamer=...)`` instead:
+  ladref then puts the prompt itself, exactly as generate would.
+
+Returns the (1, L + n) sequences tensor, as generate does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .backend import ModelRunner
+from .common import TokenSink, check_budget, prompt_ids
+from .config import LookaheadConfig
+from .lookahead import run_lookahead, streamer_callback
+from .results import DecodeStats
+from .sampling import GreedyChooser, SamplingChooser, Warp, check_generator
+
+# model kwargs generate() prepares that ladref replaces with its own (mask, positions, cache)
+IGNORED_KWARGS = frozenset({"attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep", "cache_position"})
+UNSUPPORTED_OUTPUTS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
+
+
+def lookahead_generator(
+    config: LookaheadConfig | None = None,
+    generator: torch.Generator | None = None,
+    streamer: object = None,
+) -> Callable:
+    """A ``custom_generate`` callable running lookahead decoding with W, N, G from `config`.
+
+    Args:
+        config: W, N, G and pool options; default `LookaheadConfig()`.
+        generator: CPU `torch.Generator` for reproducible sampling; None uses torch's default RNG
+            (as generate does).
+        streamer: a transformers streamer (`TextStreamer`, `TextIteratorStreamer`, ...); pass it
+            here, not to generate() (see the module docstring).
+
+    Returns:
+        ``fn(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, **model_kwargs)``.
+
+    Example:
+        >>> out = model.generate(ids, max_new_tokens=64, custom_generate=lookahead_generator(LookaheadConfig(4, 4, 4)))
+    """
+    config = LookaheadConfig() if config is None else config
+    if not isinstance(config, LookaheadConfig):
+        raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
+    check_generator(generator)
+    streamer_callback(streamer)  # validates it
+    own_streamer = streamer
+
+    # The parameters mirror transformers' own `_sample`: generate() treats any other parameter
+    # name as a custom keyword argument of the callable.
+    def lookahead_generate(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                           streamer=None, **model_kwargs):
+        return generate_lookahead(self, input_ids, logits_processor, stopping_criteria, generation_config, config,
+                                  generator=generator, synced_gpus=synced_gpus, streamer=streamer or own_streamer,
+                                  put_prompt=streamer is None, model_kwargs=model_kwargs)
+
+    return lookahead_generate
+
+
+def check_generate_call(generation_config: object, synced_gpus: bool, model_kwargs: dict) -> None:
+    """Refuse generate() options this reference does not implement, before any work."""
+    if synced_gpus:
+        raise ValueError("synced_gpus=True (multi-GPU ZeRO-3 / FSDP generation) is not supported by ladref")
+    if (generation_config.num_beams or 1) > 1:
+        raise ValueError(f"num_beams={generation_config.num_beams}: ladref does greedy or sampled lookahead, not beam search")
+    wanted = [name for name in UNSUPPORTED_OUTPUTS if getattr(generation_config, name, False)]
+    if generation_config.return_dict_in_generate and wanted:
+        raise ValueError(f"{', '.join(wanted)} are not supported by ladref's custom_generate; only sequences are returned")
+    mask = model_kwargs.get("attention_mask")
+    if mask is not None and not bool((mask == 1).all()):
+        raise ValueError("attention_mask has padding (zeros); ladref decodes one unpadded prompt per call")
+    cache = model_kwargs.get("past_key_values")
+    if cache is not None and hasattr(cache, "get_seq_length") and cache.get_seq_length() > 0:
+        raise ValueError("a pre-filled past_key_values cannot be continued; ladref builds its own cache per call")
+    extra = sorted(k for k, v in model_kwargs.items() if k not in IGNORED_KWARGS and v is not None)
+    if extra:
+        raise ValueError(f"model inputs {extra} are not supported by ladref's custom_generate (text-only decoder models)")
+
+
+@torch.inference_mode()
+def generate_lookahead(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    logits_processor: Callable,
+    stopping_criteria: Callable,
+    generation_config: object,
+    config: LookaheadConfig,
+    *,
+    generator: torch.Generator | None = None,
+    synced_gpus: bool = False,
+    streamer: object = None,
+    put_prompt: bool = False,
+    model_kwargs: dict | None = None,
+) -> object:
+    """The body of the ``custom_generate`` callable (see `lookahead_generator`).
+
+    Args:
+        input_ids: (1, L) prompt prepared by generate().
+        logits_processor: generate()'s `LogitsProcessorList` (warpers included when sampling).
+        stopping_criteria: generate()'s `StoppingCriteriaList` (max length and EOS included).
+        generation_config: generate()'s resolved `GenerationConfig`.
+        config: W, N, G.
+        put_prompt: send the prompt to the streamer first (generate() did not).
+
+    Returns:
+        (1, L + n) long tensor of prompt + new tokens on `input_ids`' device, or a
+        `GenerateDecoderOnlyOutput` holding it when ``return_dict_in_generate=True``.
+    """
+    # 1. Refuse what is not supported, then validate the prompt and the length budget.
+    check_generate_call(generation_config, synced_gpus, model_kwargs or {})
+    prompt = prompt_ids(model, input_ids)
+    max_new_tokens = generation_config.max_length - prompt.shape[0]
+    check_budget(model, prompt.shape[0], max_new_tokens, config.window_size + config.ngram_size)
+    runner = ModelRunner(model)
+    # 2. The chooser: generate's processors, sampled or argmaxed (None: plain greedy verification).
+    processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+    if generation_config.do_sample:
+        chooser = SamplingChooser(Warp(), generator, processor)
+    else:
+        chooser = GreedyChooser(processor) if processor is not None else None
+    # 3. Stop token by token on generate's stopping criteria; stream each kept token.
+    head = prompt.tolist()
+    device = input_ids.device
+
+    def stop(tokens: list[int]) -> bool:
+        return bool(stopping_criteria(torch.tensor([head + tokens], device=device), None).all())
+
+    sink = TokenSink(max_new_tokens, frozenset(), stop=stop, stream=streamer_callback(streamer))
+    if streamer is not None and put_prompt:
+        streamer.put(input_ids.cpu())  # the prompt first, as generate() does
+    # 4. Decode, then assemble what generate returns.
+    run_lookahead(runner, prompt, config, sink, DecodeStats(), chooser)
+    if streamer is not None:
+        streamer.end()
+    sequences = torch.tensor([head + sink.tokens], dtype=torch.long, device=device)
+    if generation_config.return_dict_in_generate:
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        return GenerateDecoderOnlyOutput(sequences=sequences)
+    return sequences

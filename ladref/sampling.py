@@ -1,0 +1,193 @@
+"""Sampling that keeps the model's (warped) distribution, and the plain sampler it must match.
+
+A *chooser* picks the token at one verified position from the model's logits there and the
+draft tokens the surviving pool candidates propose for it (see `ladref.verify.verify_chosen`):
+
+* `SamplingChooser` accepts drafts by rejection sampling, so every token is distributed exactly
+  as in ordinary sampling (the argument is in docs/sampling.md);
+* `GreedyChooser` takes the argmax after optional transformers logits processors (used by
+  `ladref.generate` when, e.g., a repetition penalty changes greedy's choice).
+
+Warping follows transformers' `TemperatureLogitsWarper`, `TopKLogitsWarper` and
+`TopPLogitsWarper`, applied in that order, keeping at least one token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .backend import ModelRunner
+from .common import TokenSink, check_budget, eos_ids, finish, prompt_ids
+from .greedy import prefill
+from .results import DecodeResult, DecodeStats
+
+# transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
+Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Warp:
+    """Temperature, top-k and top-p, with transformers' semantics.
+
+    Attributes:
+        temperature: logits are divided by it (> 0).
+        top_k: keep the k most likely tokens (ties at the k-th logit kept); None keeps all.
+        top_p: keep the smallest most-likely set whose probability reaches top_p; None or 1.0 keeps all.
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or t == float("inf"):
+            raise ValueError(f"temperature must be a finite number > 0, got {t!r} (use do_sample=False for greedy)")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ValueError(f"top_k must be None or an int >= 1, got {self.top_k!r}")
+        p = self.top_p
+        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
+            raise ValueError(f"top_p must be None or a number in (0, 1], got {p!r}")
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warp (..., V) logits; removed tokens get -inf."""
+        scores = logits / self.temperature
+        if self.top_k is not None:
+            k = min(self.top_k, scores.shape[-1])
+            kth = torch.topk(scores, k).values[..., -1:]
+            scores = scores.masked_fill(scores < kth, -float("inf"))
+        if self.top_p is not None and self.top_p < 1:
+            ordered, order = torch.sort(scores, descending=False)
+            drop = ordered.softmax(dim=-1).cumsum(dim=-1) <= 1 - self.top_p
+            drop[..., -1] = False  # keep at least one token
+            scores = scores.masked_fill(drop.scatter(-1, order, drop), -float("inf"))
+        return scores
+
+
+def _processed(processor: Processor | None, context: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+    """(V,) float64 CPU scores after an optional transformers logits processor."""
+    scores = logits.detach().to("cpu", torch.float64)
+    if processor is None:
+        return scores
+    return processor(torch.tensor([list(context)], dtype=torch.long), scores[None])[0]
+
+
+@dataclass
+class GreedyChooser:
+    """Argmax after an optional logits processor; drafts only matter through the tree walk."""
+
+    processor: Processor | None = None
+
+    def choose(self, context: Sequence[int], logits: torch.Tensor, proposals: Sequence[int]) -> int:
+        return int(_processed(self.processor, context, logits).argmax())
+
+
+@dataclass
+class SamplingChooser:
+    """Draws tokens from softmax(warp(processor(logits))), accepting drafts without bias.
+
+    Attributes:
+        warp: temperature / top-k / top-p.
+        generator: CPU `torch.Generator` for reproducible draws; None uses torch's default one.
+        processor: optional transformers `LogitsProcessorList`, applied before `warp`.
+    """
+
+    warp: Warp
+    generator: torch.Generator | None = None
+    processor: Processor | None = None
+
+    def probs(self, context: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        """(V,) float64 probabilities of the next token after `context`."""
+        return self.warp(_processed(self.processor, context, logits)).softmax(dim=-1)
+
+    def choose(self, context: Sequence[int], logits: torch.Tensor, proposals: Sequence[int]) -> int:
+        """One token distributed as `probs`, preferring the drafts in `proposals`.
+
+        Accept rule, for distinct draft tokens t_1, t_2, .. in the order proposed:
+          # with q the current residual distribution (q = p at first), accept t_i with probability q(t_i);
+          # on rejection set q(t_i) = 0 and renormalise q, then try t_{i+1};
+          # when every draft is rejected, sample the token from the final residual q.
+        """
+        q = self.probs(context, logits).clone()
+        for token in dict.fromkeys(int(t) for t in proposals):
+            mass = q.sum()
+            if torch.rand((), dtype=torch.float64, generator=self.generator) * mass < q[token]:
+                return token
+            q[token] = 0.0
+        return int(torch.multinomial(q / q.sum(), 1, generator=self.generator))
+
+
+def check_generator(generator: object) -> None:
+    """Raise unless `generator` is None or a CPU `torch.Generator` (ladref draws on the CPU)."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if generator.device.type != "cpu":
+        raise ValueError(f"generator must be a CPU torch.Generator (ladref samples on the CPU), got one on {generator.device}")
+
+
+def make_chooser(
+    do_sample: bool,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> SamplingChooser | None:
+    """Validate the sampling arguments; None means plain greedy decoding."""
+    if not isinstance(do_sample, bool):
+        raise TypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
+    check_generator(generator)
+    if not do_sample:
+        given = [name for name, v in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("generator", generator)) if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply when sampling; pass do_sample=True")
+        return None
+    return SamplingChooser(Warp(1.0 if temperature is None else temperature, top_k, top_p), generator)
+
+
+@torch.inference_mode()
+def sample_decode(
+    model: torch.nn.Module,
+    input_ids: object,
+    max_new_tokens: int = 64,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    eos_token_id: int | Iterable[int] | None = None,
+    tokenizer: object = None,
+) -> DecodeResult:
+    """Ordinary sampling, one token per forward pass: the distribution lookahead sampling must keep.
+
+    Args:
+        model: a transformers decoder-only model (eager or SDPA attention).
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
+        max_new_tokens: most tokens to generate.
+        temperature: sampling temperature (> 0).
+        top_k: keep the k most likely tokens (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
+        generator: CPU `torch.Generator` for reproducible draws.
+        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
+        tokenizer: optional, to decode the text.
+
+    Returns:
+        `DecodeResult` with one step per generated token.
+    """
+    start = time.perf_counter()
+    chooser = make_chooser(True, temperature, top_k, top_p, generator)
+    prompt = prompt_ids(model, input_ids)
+    check_budget(model, prompt.shape[0], max_new_tokens, 0)
+    runner, stats = ModelRunner(model), DecodeStats()
+    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer))
+    current = prefill(runner, prompt, stats)
+    while not sink.done:
+        logits = runner.forward(torch.tensor([current]))  # (1, V)
+        current = chooser.choose((), logits[-1], ())
+        stats.record(sink.extend([current]), 1)
+    return finish(sink, stats, start, runner.device, tokenizer, "sample")

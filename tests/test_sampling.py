@@ -1,0 +1,210 @@
+"""Sampled lookahead decoding keeps the model's warped distribution (docs/sampling.md).
+
+The statistical tests compare empirical frequencies with the *exact* distribution of the first
+tokens, enumerated from the model, by a chi-square goodness-of-fit test. Every draw comes from a
+seeded `torch.Generator`, so each test is deterministic; the significance level 1e-3 only says how
+unlucky a correct implementation would have to be for the fixed seed to fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from families import peaky_model
+from strategies import tiny_model
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from ladref import LookaheadConfig, greedy_decode, lookahead_decode
+from ladref.sampling import SamplingChooser, Warp, make_chooser, sample_decode
+from ladref.verify import verify_chosen
+
+PROMPT = [0, 7, 0, 4, 0, 5, 7, 0, 2, 0]  # token 0 has four pool n-grams with distinct next tokens
+ALPHA = 1e-3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and 2 shared cores are easily oversubscribed)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """p-value of a chi-square goodness-of-fit test, cells with expected count < 5 pooled."""
+    n = counts.sum()
+    expected = probs.double() * n
+    small = expected < 5
+    obs = torch.cat([counts[~small].double(), counts[small].double().sum()[None]])
+    exp = torch.cat([expected[~small], expected[small].sum()[None]])
+    keep = exp > 0
+    stat = ((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()
+    df = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
+
+
+def exact_joint(model: torch.nn.Module, prompt: list[int], k: int, warp: Warp) -> torch.Tensor:
+    """(V**k,) exact probability of each k-token continuation under warped ordinary sampling."""
+    V = model.config.vocab_size
+    seqs = torch.tensor(list(itertools.product(range(V), repeat=k)))  # lexicographic order
+    ids = torch.cat([torch.tensor(prompt).expand(len(seqs), -1), seqs], dim=1)
+    with torch.no_grad():
+        logits = model(ids).logits[:, len(prompt) - 1 : -1]  # (V**k, k, V)
+    logp = warp(logits.double()).log_softmax(-1).gather(-1, seqs[..., None])[..., 0].sum(-1)
+    return logp.exp()
+
+
+def joint_counts(samples: list[list[int]], V: int, k: int) -> torch.Tensor:
+    index = torch.tensor([sum(t * V ** (k - 1 - i) for i, t in enumerate(s[:k])) for s in samples])
+    return torch.bincount(index, minlength=V**k)
+
+
+def test_chi_square_helper_detects_a_wrong_distribution():
+    probs = torch.tensor([0.5, 0.3, 0.2])
+    assert chi_square_p(torch.tensor([500, 300, 200]), probs) > 0.99
+    assert chi_square_p(torch.tensor([400, 350, 250]), probs) < ALPHA
+
+
+@pytest.mark.parametrize(
+    "warp, config",
+    [
+        (Warp(), LookaheadConfig(window_size=2, ngram_size=3, max_candidates=4)),
+        (Warp(temperature=0.7, top_k=5, top_p=0.9), LookaheadConfig(window_size=3, ngram_size=4, max_candidates=3)),
+    ],
+    ids=["plain", "warped"],
+)
+def test_lookahead_sampling_matches_exact_distribution(warp, config, one_thread):
+    model, k, draws = peaky_model(), 2, 600
+    generator = torch.Generator().manual_seed(1234)
+    samples, steps = [], 0
+    for _ in range(draws):
+        result = lookahead_decode(model, PROMPT, config, k, do_sample=True, temperature=warp.temperature,
+                                  top_k=warp.top_k, top_p=warp.top_p, generator=generator)
+        samples.append(result.token_ids)
+        steps += result.stats.steps
+    assert steps < 0.8 * draws * k  # drafts were accepted: the verification path was exercised
+    p = chi_square_p(joint_counts(samples, 8, k), exact_joint(model, PROMPT, k, warp))
+    assert p > ALPHA, f"lookahead samples deviate from the exact distribution (p = {p:.2e})"
+
+
+def test_plain_sampler_matches_exact_distribution(one_thread):
+    model, k, warp = peaky_model(), 2, Warp(temperature=1.3, top_p=0.95)
+    generator = torch.Generator().manual_seed(7)
+    samples = [sample_decode(model, PROMPT, k, temperature=1.3, top_p=0.95, generator=generator).token_ids for _ in range(400)]
+    assert chi_square_p(joint_counts(samples, 8, k), exact_joint(model, PROMPT, k, warp)) > ALPHA
+
+
+def _tree_case():
+    """Five candidates sharing prefixes, with fixed random logits per node of their prefix tree."""
+    candidates = torch.tensor([[1, 2], [1, 3], [4, 5], [1, 2], [6, 0]])
+    generator = torch.Generator().manual_seed(3)
+    first = torch.randn(8, generator=generator, dtype=torch.float64) * 1.5
+    cand_logits = torch.randn(5, 2, 8, generator=generator, dtype=torch.float64) * 1.5
+    cand_logits[3] = cand_logits[0]  # identical candidates have identical contexts
+    cand_logits[1, 0] = cand_logits[0, 0]  # the same prefix (current, 1) gives the same logits
+    return candidates, first, cand_logits
+
+
+def _second_counts(chooser, draws: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """First-token counts, and second-token counts after token 1 (drafts 2 and 3 compete there)."""
+    candidates, first, cand_logits = _tree_case()
+    firsts, seconds = torch.zeros(8, dtype=torch.long), torch.zeros(8, dtype=torch.long)
+    for _ in range(draws):
+        tokens = verify_chosen(candidates, first, cand_logits, chooser.choose, [0]).tokens.tolist()
+        firsts[tokens[0]] += 1
+        if tokens[0] == 1:
+            seconds[tokens[1]] += 1
+    return firsts, seconds
+
+
+def test_tree_verification_keeps_distribution_at_each_depth():
+    chooser = SamplingChooser(Warp(), torch.Generator().manual_seed(11))
+    firsts, seconds = _second_counts(chooser, 6000)
+    candidates, first, cand_logits = _tree_case()
+    assert chi_square_p(firsts, first.softmax(-1)) > ALPHA
+    assert chi_square_p(seconds, cand_logits[0, 0].softmax(-1)) > ALPHA
+
+
+class NoRenormalisation(SamplingChooser):
+    """A plausible bug: test later drafts against p itself instead of the renormalised residual."""
+
+    def choose(self, context, logits, proposals):
+        p = self.probs(context, logits)
+        for token in dict.fromkeys(int(t) for t in proposals):
+            if torch.rand((), dtype=torch.float64, generator=self.generator) < p[token]:
+                return token
+        rest = p.clone()
+        rest[list(proposals)] = 0
+        return int(torch.multinomial(rest / rest.sum(), 1, generator=self.generator))
+
+
+def test_statistical_test_catches_missing_renormalisation():
+    firsts, _ = _second_counts(NoRenormalisation(Warp(), torch.Generator().manual_seed(11)), 6000)
+    _, first, _ = _tree_case()
+    assert chi_square_p(firsts, first.softmax(-1)) < ALPHA
+
+
+def test_warp_equals_transformers_processors():
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    logits[0, :5] = logits[0, 5]  # ties at the k-th logit
+    for t, k, p in [(0.5, 5, 0.8), (1.0, None, 0.3), (2.0, 7, None), (1.0, 60, 1.0), (0.9, 1, 0.99)]:
+        hf = LogitsProcessorList([TemperatureLogitsWarper(t)] + ([TopKLogitsWarper(k)] if k else [])
+                                 + ([TopPLogitsWarper(p)] if p and p < 1 else []))
+        assert torch.equal(Warp(t, k, p)(logits), hf(None, logits))
+
+
+@pytest.mark.parametrize("arch, seed", [("llama", 0), ("qwen2", 1), ("gpt2", 2)])
+def test_temperature_to_zero_is_greedy(arch, seed):
+    model = tiny_model(arch, 16, seed)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 3, 1, 4, 1]
+    greedy = greedy_decode(model, prompt, 24).token_ids
+    sampled = lookahead_decode(model, prompt, LookaheadConfig(3, 3, 3), 24, do_sample=True, temperature=1e-7,
+                               generator=torch.Generator().manual_seed(seed))
+    assert sampled.token_ids == greedy
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent():
+    model, config = peaky_model(), LookaheadConfig(3, 4, 4)
+
+    def run(seed: int) -> list[int]:
+        return lookahead_decode(model, PROMPT, config, 24, do_sample=True, generator=torch.Generator().manual_seed(seed)).token_ids
+
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+
+
+def test_sampling_arguments_are_validated():
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        make_chooser(True, temperature=0.0)
+    with pytest.raises(ValueError, match="top_k must be None or an int >= 1"):
+        make_chooser(True, top_k=0)
+    with pytest.raises(ValueError, match=r"top_p must be None or a number in \(0, 1\]"):
+        make_chooser(True, top_p=1.5)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        make_chooser(True, generator=42)
+    with pytest.raises(ValueError, match="only apply when sampling; pass do_sample=True"):
+        lookahead_decode(peaky_model(), PROMPT, temperature=0.5)
+    with pytest.raises(TypeError, match="do_sample must be a bool"):
+        make_chooser("yes")
+
+
+def test_tree_walk_with_argmax_equals_greedy_verification():
+    from ladref.sampling import GreedyChooser
+    from ladref.verify import verify_greedy
+
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(300):
+        g, n, V = int(torch.randint(0, 5, (), generator=generator)), int(torch.randint(1, 4, (), generator=generator)), 3
+        candidates = torch.randint(0, V, (g, n), generator=generator)
+        first, cand_logits = torch.randn(V, generator=generator), torch.randn(g, n, V, generator=generator)
+        for i in range(g):  # equal prefixes see equal logits, as in a real forward pass
+            for k in range(i):
+                for j in range(n):
+                    if torch.equal(candidates[i, : j + 1], candidates[k, : j + 1]):
+                        cand_logits[i, j] = cand_logits[k, j]
+        greedy = verify_greedy(candidates, first.argmax(), cand_logits.argmax(-1))
+        walked = verify_chosen(candidates, first, cand_logits, GreedyChooser().choose, [0])
+        assert walked.tokens.tolist() == greedy.tokens.tolist() and walked.matched == greedy.matched
