@@ -6,11 +6,15 @@
 """
 
 from .config import LookaheadConfig
+from .datasets import load_prompts
+from .generate import lookahead_generator
 from .greedy import greedy_decode
 from .jacobi import jacobi_decode
 from .lookahead import lookahead_decode
 from .models import chat_ids, default_device, load_default_model
+from .plookup import prompt_lookup_decode
 from .results import DecodeResult, DecodeStats
+from .sampling import sample_decode
 
 __all__ = [
     "DecodeResult",
@@ -21,6 +25,10 @@ __all__ = [
     "greedy_decode",
     "jacobi_decode",
     "load_default_model",
+    "load_prompts",
     "lookahead_decode",
+    "lookahead_generator",
+    "prompt_lookup_decode",
+    "sample_decode",
 ]
 __version__ = "0.1.0"

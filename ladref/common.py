@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
-from .backend import check_model
+from .backend import ModelRunner, check_model
 from .results import DecodeResult, DecodeStats
 
 
@@ -168,9 +169,52 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def finish(sink: TokenSink, stats: DecodeStats, start: float, device: torch.device, tokenizer: object, method: str) -> DecodeResult:
-    """Stop the clock and package the result."""
-    sync(device)
-    stats.wall_time_s = time.perf_counter() - start
-    text = tokenizer.decode(sink.tokens, skip_special_tokens=True) if tokenizer is not None else None
-    return DecodeResult(sink.tokens, text, stats, method)
+@dataclass
+class DecodeCall:
+    """What one decoding call owns: its validated prompt, model runner (fresh KV cache),
+    statistics, token sink and start time. Nothing outlives the call.
+
+    Attributes:
+        prompt: (L,) prompt ids on the CPU.
+        runner: the model with an empty `DynamicCache`.
+        stats: filled by the decoder.
+        sink: collects accepted tokens and applies the stopping rules.
+        start: `time.perf_counter()` when the call began.
+    """
+
+    prompt: torch.Tensor
+    runner: ModelRunner
+    stats: DecodeStats
+    sink: TokenSink
+    start: float
+
+    @classmethod
+    def begin(
+        cls,
+        model: torch.nn.Module,
+        input_ids: object,
+        max_new_tokens: int,
+        extent: int,
+        eos_token_id: int | Iterable[int] | None,
+        tokenizer: object = None,
+        stream: Callable[[int], None] | None = None,
+    ) -> "DecodeCall":
+        """Start the clock, validate the prompt and budget, resolve EOS, make a fresh runner.
+
+        Args:
+            extent: positions past the last committed token a step may touch (`check_budget`).
+            stream: optional per-token callback (see `TokenSink`).
+        """
+        start = time.perf_counter()
+        prompt = prompt_ids(model, input_ids)
+        check_budget(model, prompt.shape[0], max_new_tokens, extent)
+        sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer), stream=stream)
+        return cls(prompt, ModelRunner(model), DecodeStats(), sink, start)
+
+    def finish(self, tokenizer: object, method: str) -> DecodeResult:
+        """Stop the clock and package the result."""
+        sync(self.runner.device)
+        self.stats.wall_time_s = time.perf_counter() - self.start
+        tokens = self.sink.tokens
+        text = tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None
+        return DecodeResult(tokens, text, self.stats, method)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 import torch
 
 from .backend import ModelRunner
-from .common import TokenSink, check_budget, eos_ids, finish, prompt_ids
+from .common import DecodeCall
 from .results import DecodeResult, DecodeStats
 
 
@@ -48,14 +47,10 @@ def greedy_decode(
     Returns:
         `DecodeResult` with one step per generated token (S = 1).
     """
-    start = time.perf_counter()
-    prompt = prompt_ids(model, input_ids)
-    check_budget(model, prompt.shape[0], max_new_tokens, 0)
-    runner, stats = ModelRunner(model), DecodeStats()
-    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer))
-    current = prefill(runner, prompt, stats)
-    while not sink.done:
-        logits = runner.forward(torch.tensor([current]))  # (1, V)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer)
+    current = prefill(call.runner, call.prompt, call.stats)
+    while not call.sink.done:
+        logits = call.runner.forward(torch.tensor([current]))  # (1, V)
         current = int(logits[-1].argmax())
-        stats.record(sink.extend([current]), 1)
-    return finish(sink, stats, start, runner.device, tokenizer, "greedy")
+        call.stats.record(call.sink.extend([current]), 1)
+    return call.finish(tokenizer, "greedy")

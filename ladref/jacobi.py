@@ -10,15 +10,14 @@ same tokens as greedy decoding.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 import torch
 
 from .backend import ModelRunner
-from .common import TokenSink, check_budget, eos_ids, finish, prompt_ids
+from .common import DecodeCall
 from .greedy import prefill
-from .results import DecodeResult, DecodeStats
+from .results import DecodeResult
 
 
 def jacobi_iteration(runner: ModelRunner, current: int, guess: torch.Tensor) -> torch.Tensor:
@@ -73,11 +72,8 @@ def jacobi_decode(
     """
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-    start = time.perf_counter()
-    prompt = prompt_ids(model, input_ids)
-    check_budget(model, prompt.shape[0], max_new_tokens, block_size)
-    runner, stats = ModelRunner(model), DecodeStats()
-    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id))
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, block_size, eos_token_id, tokenizer)
+    prompt, runner, stats, sink = call.prompt, call.runner, call.stats, call.sink
     current = prefill(runner, prompt, stats)
     guess = prompt[-block_size:].repeat(block_size)[:block_size]  # (m,) initial guess: prompt tail
     while not sink.done:
@@ -90,4 +86,4 @@ def jacobi_decode(
         # 3. Keep the K/V of the current token and the k converged guesses; iterate on the rest.
         runner.commit(past, torch.arange(k + 1))
         current, guess = int(preds[k]), next_guess(preds, k, block_size)
-    return finish(sink, stats, start, runner.device, tokenizer, "jacobi")
+    return call.finish(tokenizer, "jacobi")

@@ -17,14 +17,13 @@ drafts, and verification alone decides what is emitted (docs/sampling.md).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
 from .backend import ModelRunner
-from .common import TokenSink, check_budget, eos_ids, finish, prompt_ids
+from .common import DecodeCall, TokenSink
 from .config import LookaheadConfig
 from .greedy import prefill
 from .masks import build_step_inputs
@@ -182,18 +181,15 @@ def lookahead_decode(
     if not isinstance(config, LookaheadConfig):
         raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
     chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
-    start = time.perf_counter()
-    prompt = prompt_ids(model, input_ids)
-    check_budget(model, prompt.shape[0], max_new_tokens, config.window_size + config.ngram_size)
-    runner, stats = ModelRunner(model), DecodeStats()
     stream = streamer_callback(streamer)
+    extent = config.window_size + config.ngram_size
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, stream)
     if streamer is not None:
-        streamer.put(prompt[None])  # the prompt first, as transformers' generate() does
-    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer), stream=stream)
-    run_lookahead(runner, prompt, config, sink, stats, chooser)
+        streamer.put(call.prompt[None])  # the prompt first, as transformers' generate() does
+    run_lookahead(call.runner, call.prompt, config, call.sink, call.stats, chooser)
     if streamer is not None:
         streamer.end()
-    return finish(sink, stats, start, runner.device, tokenizer, "lookahead")
+    return call.finish(tokenizer, "lookahead")
 
 
 def streamer_callback(streamer: object) -> Callable[[int], None] | None:

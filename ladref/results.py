@@ -57,7 +57,8 @@ class DecodeResult:
         token_ids: the generated token ids, prompt excluded; ends with EOS when EOS was produced.
         text: `token_ids` decoded with the tokenizer passed in, else None.
         stats: the `DecodeStats` of the call.
-        method: "greedy", "jacobi", "lookahead" or "plookup" (transformers' prompt lookup).
+        method: "greedy", "jacobi", "lookahead", "sample" (`sample_decode`) or "plookup"
+            (transformers' prompt lookup).
     """
 
     token_ids: list[int]

@@ -14,16 +14,14 @@ Warping follows transformers' `TemperatureLogitsWarper`, `TopKLogitsWarper` and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from .backend import ModelRunner
-from .common import TokenSink, check_budget, eos_ids, finish, prompt_ids
+from .common import DecodeCall
 from .greedy import prefill
-from .results import DecodeResult, DecodeStats
+from .results import DecodeResult
 
 # transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -179,15 +177,11 @@ def sample_decode(
     Returns:
         `DecodeResult` with one step per generated token.
     """
-    start = time.perf_counter()
     chooser = make_chooser(True, temperature, top_k, top_p, generator)
-    prompt = prompt_ids(model, input_ids)
-    check_budget(model, prompt.shape[0], max_new_tokens, 0)
-    runner, stats = ModelRunner(model), DecodeStats()
-    sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer))
-    current = prefill(runner, prompt, stats)
-    while not sink.done:
-        logits = runner.forward(torch.tensor([current]))  # (1, V)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer)
+    current = prefill(call.runner, call.prompt, call.stats)
+    while not call.sink.done:
+        logits = call.runner.forward(torch.tensor([current]))  # (1, V)
         current = chooser.choose((), logits[-1], ())
-        stats.record(sink.extend([current]), 1)
-    return finish(sink, stats, start, runner.device, tokenizer, "sample")
+        call.stats.record(call.sink.extend([current]), 1)
+    return call.finish(tokenizer, "sample")

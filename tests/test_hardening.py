@@ -74,8 +74,6 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("name", DECODERS)
 @pytest.mark.parametrize("ids, kwargs, error, message", BAD_INPUTS, ids=[m[:30] for *_, m in BAD_INPUTS])
 def test_bad_input_is_refused_before_any_forward(model, no_forward, name, ids, kwargs, error, message):
-    if name == "jacobi" and "tokenizer" in kwargs:
-        pytest.skip("jacobi_decode resolves EOS without the tokenizer (not part of this module)")
     kwargs = {"max_new_tokens": 4, **kwargs}
     with pytest.raises(error, match=message):
         DECODERS[name](model, ids, **kwargs)
