@@ -20,12 +20,7 @@ CONFIG = LookaheadConfig(window_size=3, ngram_size=3, max_candidates=4)
 PROMPT = [[1, 2, 3, 1, 2, 3, 1, 2, 5, 1, 2]]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Recorder(BaseStreamer):

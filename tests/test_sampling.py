@@ -24,13 +24,7 @@ PROMPT = [0, 7, 0, 4, 0, 5, 7, 0, 2, 0]  # token 0 has four pool n-grams with di
 ALPHA = 1e-3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and 2 shared cores are easily oversubscribed)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
