@@ -34,8 +34,9 @@ REPO = HERE.parent
 COPIED_FILES = ("pyproject.toml",)
 ASSIGNMENT_FILES = ("autograde.py", "grading_plugin.py", "tasks.py", "README.md")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
-# tests of the course material itself (site, tutorials, this generator), not of the library
-NOT_LIBRARY_TESTS = shutil.ignore_patterns("__pycache__", "*.pyc", "test_assignments.py", "test_docs.py", "test_tutorials.py")
+# tests of the course material itself (site, README, tutorials, this generator), not of the library
+NOT_LIBRARY_TESTS = shutil.ignore_patterns("__pycache__", "*.pyc", "test_assignments.py", "test_docs.py", "test_readme.py",
+                                       "test_tutorials.py")
 
 
 def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef:
