@@ -15,7 +15,7 @@ from .greedy import greedy_decode
 from .lookahead import lookahead_decode
 from .models import chat_ids, load_default_model
 
-DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring and a test."
+DEFAULT_PROMPT = "Write a Python class for a stack with push, pop and peek methods."
 CPU_CONFIG = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4)
 
 
