@@ -80,7 +80,7 @@ def prompt_lookup_decode(
     start = time.perf_counter()
     prompt = prompt_ids(model, input_ids)
     check_budget(model, prompt.shape[0], max_new_tokens, num_tokens)
-    eos = sorted(eos_ids(model, eos_token_id))
+    eos = sorted(eos_ids(model, eos_token_id, tokenizer))
     device = next(model.parameters()).device
     ids = prompt[None].to(device)
     recorder = _CallRecorder()

@@ -7,12 +7,14 @@ import torch
 from strategies import tiny_model
 
 from ladref import LookaheadConfig, greedy_decode, jacobi_decode, lookahead_decode
+from ladref.plookup import prompt_lookup_decode
 from ladref.sampling import sample_decode
 
 DECODERS = {
     "greedy": greedy_decode,
     "jacobi": jacobi_decode,
     "lookahead": lookahead_decode,
+    "plookup": prompt_lookup_decode,
     "sample": lambda model, ids, **kw: sample_decode(model, ids, generator=torch.Generator().manual_seed(0), **kw),
 }
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
