@@ -1,34 +1,54 @@
 """ladref: a pure-PyTorch reference for Jacobi decoding and Lookahead Decoding.
 
-    >>> from ladref import lookahead_decode, LookaheadConfig
-    >>> result = lookahead_decode(model, input_ids, LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4))
+    >>> from ladref import LookaheadConfig, lookahead_decode
+    >>> result = lookahead_decode(model, input_ids, 128, config=LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4))
     >>> result.token_ids, result.stats.compression
+
+Every decoder has one call shape: ``decode(model, input_ids, max_new_tokens, *, ...)``.
+
+The core, in reading order (the order of the tutorials and the docs):
+
+1. `ladref.config` (W, N, G), `ladref.results` (what a call returns);
+2. `ladref.greedy` (the oracle) and `ladref.jacobi` (the fixed-point iteration);
+3. `ladref.ngram_pool`, `ladref.masks`, `ladref.verify`: the three building blocks;
+4. `ladref.lookahead`: the combined step and the decoding loop;
+5. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
+6. `ladref.compiled`: the same step with constant shapes over a static cache, compiled once;
+7. plumbing: `ladref.runner` (the only module touching transformers internals), `ladref.kernels`
+   (the attention-kernel choice), `ladref.call` (input checks, stopping rules), `ladref.types`,
+   `ladref.models` (the embedded model).
+
+What you run rather than read (benchmarks, auto-tuning, FLOPs, datasets, the demo, the prompt
+lookup baseline) lives in `ladref.bench`; the core never imports it.
 """
 
+from .compiled import CompiledDecoder
 from .config import LookaheadConfig
-from .datasets import load_prompts
 from .generate import lookahead_generator
 from .greedy import greedy_decode
 from .jacobi import jacobi_decode
 from .lookahead import lookahead_decode
 from .models import chat_ids, default_device, load_default_model
-from .plookup import prompt_lookup_decode
 from .results import DecodeResult, DecodeStats
 from .sampling import sample_decode
+from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 __all__ = [
+    "CompiledDecoder",
     "DecodeResult",
     "DecodeStats",
+    "EosIds",
     "LookaheadConfig",
+    "Streamer",
+    "TokenIds",
+    "Tokenizer",
     "chat_ids",
     "default_device",
     "greedy_decode",
     "jacobi_decode",
     "load_default_model",
-    "load_prompts",
     "lookahead_decode",
     "lookahead_generator",
-    "prompt_lookup_decode",
     "sample_decode",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

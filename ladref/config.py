@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def _check_int(name: str, value: object, low: int) -> None:
+def check_int(name: str, value: object, low: int) -> None:
+    """Raise TypeError unless `value` is an int (bools refused), ValueError unless it is >= `low`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < low:
@@ -36,13 +37,13 @@ class LookaheadConfig:
     pool_capacity: int | None = None
 
     def __post_init__(self) -> None:
-        _check_int("window_size (W)", self.window_size, 1)
-        _check_int("ngram_size (N)", self.ngram_size, 2)
-        _check_int("max_candidates (G)", self.max_candidates, 0)
+        check_int("window_size (W)", self.window_size, 1)
+        check_int("ngram_size (N)", self.ngram_size, 2)
+        check_int("max_candidates (G)", self.max_candidates, 0)
         if not isinstance(self.pool_from_prompt, bool):
             raise TypeError(f"pool_from_prompt must be a bool, got {type(self.pool_from_prompt).__name__}")
         if self.pool_capacity is not None:
-            _check_int("pool_capacity", self.pool_capacity, 1)
+            check_int("pool_capacity", self.pool_capacity, 1)
 
     @property
     def capacity(self) -> int:

@@ -24,12 +24,14 @@ from collections.abc import Callable
 
 import torch
 
-from .backend import ModelRunner
-from .common import TokenSink, check_budget, prompt_ids
+from .call import TokenSink, check_budget, prompt_ids, streamer_callback
 from .config import LookaheadConfig
-from .lookahead import run_lookahead, streamer_callback
+from .kernels import check_attention_backend
+from .lookahead import run_lookahead
 from .results import DecodeStats
+from .runner import ModelRunner
 from .sampling import GreedyChooser, SamplingChooser, Warp, check_generator
+from .types import Streamer
 
 # model kwargs generate() prepares that ladref replaces with its own (mask, positions, cache)
 IGNORED_KWARGS = frozenset({"attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep", "cache_position"})
@@ -39,7 +41,9 @@ UNSUPPORTED_OUTPUTS = ("output_scores", "output_logits", "output_attentions", "o
 def lookahead_generator(
     config: LookaheadConfig | None = None,
     generator: torch.Generator | None = None,
-    streamer: object = None,
+    streamer: Streamer | None = None,
+    *,
+    attention_backend: str = "auto",
 ) -> Callable:
     """A ``custom_generate`` callable running lookahead decoding with W, N, G from `config`.
 
@@ -49,6 +53,7 @@ def lookahead_generator(
             (as generate does).
         streamer: a transformers streamer (`TextStreamer`, `TextIteratorStreamer`, ...); pass it
             here, not to generate() (see the module docstring).
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 
     Returns:
         ``fn(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, **model_kwargs)``.
@@ -61,6 +66,7 @@ def lookahead_generator(
         raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
     check_generator(generator)
     streamer_callback(streamer)  # validates it
+    check_attention_backend(attention_backend)
     own_streamer = streamer
 
     # The parameters mirror transformers' own `_sample`: generate() treats any other parameter
@@ -69,7 +75,8 @@ def lookahead_generator(
                            streamer=None, **model_kwargs):
         return generate_lookahead(self, input_ids, logits_processor, stopping_criteria, generation_config, config,
                                   generator=generator, synced_gpus=synced_gpus, streamer=streamer or own_streamer,
-                                  put_prompt=streamer is None, model_kwargs=model_kwargs)
+                                  put_prompt=streamer is None, model_kwargs=model_kwargs,
+                                  attention_backend=attention_backend)
 
     return lookahead_generate
 
@@ -105,9 +112,10 @@ def generate_lookahead(
     *,
     generator: torch.Generator | None = None,
     synced_gpus: bool = False,
-    streamer: object = None,
+    streamer: Streamer | None = None,
     put_prompt: bool = False,
     model_kwargs: dict | None = None,
+    attention_backend: str = "auto",
 ) -> object:
     """The body of the ``custom_generate`` callable (see `lookahead_generator`).
 
@@ -118,6 +126,7 @@ def generate_lookahead(
         generation_config: generate()'s resolved `GenerationConfig`.
         config: W, N, G.
         put_prompt: send the prompt to the streamer first (generate() did not).
+        attention_backend: the runner's SDPA kernel choice.
 
     Returns:
         (1, L + n) long tensor of prompt + new tokens on `input_ids`' device, or a
@@ -128,7 +137,7 @@ def generate_lookahead(
     prompt = prompt_ids(model, input_ids)
     max_new_tokens = generation_config.max_length - prompt.shape[0]
     check_budget(model, prompt.shape[0], max_new_tokens, config.window_size + config.ngram_size)
-    runner = ModelRunner(model)
+    runner = ModelRunner(model, attention_backend)
     # 2. The chooser: generate's processors, sampled or argmaxed (None: plain greedy verification).
     processor = logits_processor if logits_processor is not None and len(logits_processor) else None
     if generation_config.do_sample:
@@ -151,7 +160,7 @@ def generate_lookahead(
         streamer.end()
     sequences = torch.tensor([head + sink.tokens], dtype=torch.long, device=device)
     if generation_config.return_dict_in_generate:
-        from transformers.generation.utils import GenerateDecoderOnlyOutput
+        from transformers.generation import GenerateDecoderOnlyOutput
 
         return GenerateDecoderOnlyOutput(sequences=sequences)
     return sequences

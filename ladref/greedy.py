@@ -2,38 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 
-from .backend import ModelRunner
-from .common import DecodeCall
+from .call import DecodeCall, TokenSink
 from .results import DecodeResult, DecodeStats
+from .runner import Runner
+from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 
-def prefill(runner: ModelRunner, prompt: torch.Tensor, stats: DecodeStats) -> int:
-    """Cache the prompt's K/V except its last token, which becomes the first step's input.
+def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: DecodeStats) -> None:
+    """One token per forward pass, the argmax, until `sink` is done; computed as generate() does.
+
+    The whole prompt goes in one pass whose last logits give the first token (`prefill_whole`),
+    then each pass feeds the last token under the model's own causal mask: the same split of the
+    computation as transformers' ``generate(do_sample=False)``, so that in float16 / bfloat16
+    the oracle also rounds as generate() rounds.
 
     Args:
+        runner: a `ModelRunner`, or a `StaticRunner` (the compiled greedy baseline).
         prompt: (L,) prompt ids.
-
-    Returns:
-        The current token (the prompt's last).
+        sink: collects the tokens and decides when to stop.
+        stats: filled in place; the prompt pass counts as step 1 (it yields token 1).
     """
-    if prompt.shape[0] > 1:
-        runner.forward(prompt[:-1], keep=torch.tensor([0]))
-    stats.prefill_tokens = prompt.shape[0] - 1
-    return int(prompt[-1])
+    logits = runner.prefill_whole(prompt, stats)  # (V,)
+    while True:
+        current = int(logits.argmax())
+        stats.record(sink.extend([current]), 1)
+        if sink.done:
+            return
+        logits = runner.forward(torch.tensor([current]))[-1]  # (V,)
 
 
 @torch.inference_mode()
 def greedy_decode(
     model: torch.nn.Module,
-    input_ids: object,
+    input_ids: TokenIds,
     max_new_tokens: int = 64,
     *,
-    eos_token_id: int | Iterable[int] | None = None,
-    tokenizer: object = None,
+    eos_token_id: EosIds = None,
+    tokenizer: Tokenizer | None = None,
+    streamer: Streamer | None = None,
+    attention_backend: str = "auto",
 ) -> DecodeResult:
     """Decode one token per forward pass, always taking the argmax.
 
@@ -43,14 +52,12 @@ def greedy_decode(
         max_new_tokens: most tokens to generate.
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
+        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 
     Returns:
         `DecodeResult` with one step per generated token (S = 1).
     """
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer)
-    current = prefill(call.runner, call.prompt, call.stats)
-    while not call.sink.done:
-        logits = call.runner.forward(torch.tensor([current]))  # (1, V)
-        current = int(logits[-1].argmax())
-        call.stats.record(call.sink.extend([current]), 1)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer, streamer, attention_backend)
+    run_greedy(call.runner, call.prompt, call.sink, call.stats)
     return call.finish(tokenizer, "greedy")

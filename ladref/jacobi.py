@@ -10,14 +10,13 @@ same tokens as greedy decoding.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 
-from .backend import ModelRunner
-from .common import DecodeCall
-from .greedy import prefill
+from .call import DecodeCall
+from .config import check_int
 from .results import DecodeResult
+from .runner import ModelRunner
+from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 
 def jacobi_iteration(runner: ModelRunner, current: int, guess: torch.Tensor) -> torch.Tensor:
@@ -50,12 +49,14 @@ def next_guess(preds: torch.Tensor, k: int, m: int) -> torch.Tensor:
 @torch.inference_mode()
 def jacobi_decode(
     model: torch.nn.Module,
-    input_ids: object,
+    input_ids: TokenIds,
     max_new_tokens: int = 64,
     *,
     block_size: int = 8,
-    eos_token_id: int | Iterable[int] | None = None,
-    tokenizer: object = None,
+    eos_token_id: EosIds = None,
+    tokenizer: Tokenizer | None = None,
+    streamer: Streamer | None = None,
+    attention_backend: str = "auto",
 ) -> DecodeResult:
     """Jacobi decoding with a KV cache; output identical to `greedy_decode`.
 
@@ -66,15 +67,16 @@ def jacobi_decode(
         block_size: m, guessed tokens per iteration (each pass feeds m + 1 tokens).
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
+        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 
     Returns:
         `DecodeResult`; `stats.steps` is the number of Jacobi iterations.
     """
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, block_size, eos_token_id, tokenizer)
+    check_int("block_size", block_size, 1)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, block_size, eos_token_id, tokenizer, streamer, attention_backend)
     prompt, runner, stats, sink = call.prompt, call.runner, call.stats, call.sink
-    current = prefill(runner, prompt, stats)
+    current = runner.prefill(prompt, stats)
     guess = prompt[-block_size:].repeat(block_size)[:block_size]  # (m,) initial guess: prompt tail
     while not sink.done:
         past = runner.past_len

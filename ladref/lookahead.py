@@ -17,19 +17,20 @@ drafts, and verification alone decides what is emitted (docs/sampling.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from .backend import ModelRunner
-from .common import DecodeCall, TokenSink
+from .call import DecodeCall, TokenSink
 from .config import LookaheadConfig
-from .greedy import prefill
-from .masks import build_step_inputs
+from .masks import build_step_inputs, pad_candidates
 from .ngram_pool import NGramPool
 from .results import DecodeResult, DecodeStats
+from .runner import Runner
 from .sampling import GreedyChooser, SamplingChooser, make_chooser
+from .types import EosIds, Streamer, TokenIds, Tokenizer
 from .verify import verify_chosen, verify_greedy
 
 Chooser = GreedyChooser | SamplingChooser
@@ -62,7 +63,7 @@ class LookaheadState:
 
 
 def lookahead_step(
-    runner: ModelRunner,
+    runner: Runner,
     state: LookaheadState,
     current: int,
     config: LookaheadConfig,
@@ -72,7 +73,8 @@ def lookahead_step(
     """One combined lookahead + verification step.
 
     Args:
-        runner: model and KV cache; the cache holds everything before `current`.
+        runner: model and KV cache; the cache holds everything before `current`. A runner with
+            ``constant_shapes`` (`ladref.runner.StaticRunner`) is fed G candidate rows always.
         state: window and pool, updated in place.
         current: the last accepted token.
         config: W, N, G.
@@ -83,16 +85,19 @@ def lookahead_step(
         (accepted tokens (1..N of them), tokens fed to the model).
     """
     past = runner.past_len
-    # 1. Candidates: up to G pool n-grams that start with the current token.
+    # 1. Candidates: up to G pool n-grams that start with the current token; a constant-shape
+    #    runner gets G rows always, the missing ones dummies (`pad_candidates`).
     candidates = state.pool.candidates(current, config.max_candidates)  # (g, N-1)
+    g = candidates.shape[0]
+    fed = pad_candidates(candidates, config.max_candidates, current) if runner.constant_shapes else candidates
     # 2. One forward pass over both branches under the combined mask.
-    step = build_step_inputs(current, state.window, candidates, past)
-    last_row, cand_index = step.layout.last_row_index(), step.layout.candidate_index()
-    keep = torch.cat([torch.tensor([0]), last_row, cand_index.flatten()])
-    logits = runner.forward(step.input_ids, step.position_ids, step.allowed, keep)  # (1 + W + g*(N-1), V)
+    step = build_step_inputs(current, state.window, fed, past)
+    last_row, cand_index = step.layout.last_row_index(), step.layout.candidate_index()[:g]  # (W,), (g, N-1)
+    keep = torch.cat([torch.tensor([0]), last_row, step.layout.candidate_index().flatten()])
+    logits = runner.forward(step.input_ids, step.position_ids, step.allowed, keep)  # (1 + W + rows*(N-1), V)
     preds = logits.argmax(dim=-1).cpu()
     W = config.window_size
-    first, new_row, cand_preds = preds[0], preds[1 : W + 1], preds[W + 1 :].view_as(candidates)
+    first, new_row, cand_preds = preds[0], preds[1 : W + 1], preds[W + 1 :].view_as(fed)[:g]
     # 3. Lookahead branch: harvest n-grams down the trajectory once the window holds model
     #    outputs, then slide the window by one row.
     window = step.input_ids[: step.layout.lookahead_len].view_as(state.window)  # cell (0, 0) = current
@@ -105,7 +110,7 @@ def lookahead_step(
     if chooser is None:
         verdict = verify_greedy(candidates, first, cand_preds)
     else:
-        cand_logits = logits[W + 1 :].reshape(*candidates.shape, logits.shape[-1])  # (g, N-1, V)
+        cand_logits = logits[W + 1 :].reshape(*fed.shape, logits.shape[-1])[:g]  # (g, N-1, V)
         verdict = verify_chosen(candidates, logits[0], cand_logits, chooser.choose, context or [current])
     # 5. Commit the current token and the accepted candidate tokens to the KV cache.
     kept = torch.tensor([0]) if verdict.best is None else torch.cat([torch.tensor([0]), cand_index[verdict.best, : verdict.matched]])
@@ -114,7 +119,7 @@ def lookahead_step(
 
 
 def run_lookahead(
-    runner: ModelRunner,
+    runner: Runner,
     prompt: torch.Tensor,
     config: LookaheadConfig,
     sink: TokenSink,
@@ -124,7 +129,7 @@ def run_lookahead(
     """Prefill, then run lookahead steps until `sink` is done (the loop shared with `ladref.generate`).
 
     Args:
-        runner: a fresh `ModelRunner` (empty cache).
+        runner: a `ModelRunner` with an empty cache, or a `StaticRunner` (its prefill starts a new call).
         prompt: (L,) prompt ids.
         config: W, N, G.
         sink: collects the accepted tokens and decides when to stop.
@@ -132,7 +137,7 @@ def run_lookahead(
         chooser: None for greedy decoding.
     """
     state = LookaheadState.start(prompt, config)
-    current = prefill(runner, prompt, stats)
+    current = runner.prefill(prompt, stats)
     context = prompt.tolist()
     while not sink.done:
         accepted, width = lookahead_step(runner, state, current, config, chooser, context)
@@ -141,29 +146,49 @@ def run_lookahead(
         current = accepted[-1]
 
 
+def reject_old_call_shape(decode: Callable) -> Callable:
+    """Turn the pre-0.2 call ``lookahead_decode(model, ids, config, max_new_tokens)`` into a clear error.
+
+    Every decoder now takes ``(model, input_ids, max_new_tokens, *, ...)``; lookahead's config is
+    the keyword ``config=``. Without this guard the old call would fail inside Python's argument
+    binding ("takes from 2 to 3 positional arguments") or pass a config as max_new_tokens.
+    """
+
+    @functools.wraps(decode)
+    def checked(*args, **kwargs):
+        if len(args) > 3 or (len(args) == 3 and isinstance(args[2], LookaheadConfig)):
+            raise TypeError("lookahead_decode(model, input_ids, config, max_new_tokens) is the old call shape; "
+                            "call lookahead_decode(model, input_ids, max_new_tokens, config=config)")
+        return decode(*args, **kwargs)
+
+    return checked
+
+
+@reject_old_call_shape
 @torch.inference_mode()
 def lookahead_decode(
     model: torch.nn.Module,
-    input_ids: object,
-    config: LookaheadConfig | None = None,
+    input_ids: TokenIds,
     max_new_tokens: int = 64,
     *,
-    eos_token_id: int | Iterable[int] | None = None,
-    tokenizer: object = None,
+    config: LookaheadConfig | None = None,
+    eos_token_id: EosIds = None,
+    tokenizer: Tokenizer | None = None,
     do_sample: bool = False,
     temperature: float | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
-    streamer: object = None,
+    streamer: Streamer | None = None,
+    attention_backend: str = "auto",
 ) -> DecodeResult:
     """Lookahead decoding; greedy output identical to `greedy_decode`, in fewer steps.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        config: W, N, G and pool options; default `LookaheadConfig()`.
         max_new_tokens: most tokens to generate.
+        config: W, N, G and pool options; default `LookaheadConfig()`.
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
         do_sample: sample instead of taking the argmax; the output is then distributed exactly as
@@ -172,7 +197,9 @@ def lookahead_decode(
         top_k: keep the k most likely tokens when sampling (None: all).
         top_p: nucleus sampling threshold in (0, 1] (None: off).
         generator: CPU `torch.Generator` making the draws reproducible.
-        streamer: optional transformers streamer; receives each accepted token in order, then `end()`.
+        streamer: optional transformers streamer; gets the prompt, each accepted token in order,
+            then `end()`.
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 
     Returns:
         `DecodeResult`; `stats.compression` is the paper's S (tokens per step).
@@ -181,21 +208,7 @@ def lookahead_decode(
     if not isinstance(config, LookaheadConfig):
         raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
     chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
-    stream = streamer_callback(streamer)
     extent = config.window_size + config.ngram_size
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, stream)
-    if streamer is not None:
-        streamer.put(call.prompt[None])  # the prompt first, as transformers' generate() does
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer, attention_backend)
     run_lookahead(call.runner, call.prompt, config, call.sink, call.stats, chooser)
-    if streamer is not None:
-        streamer.end()
     return call.finish(tokenizer, "lookahead")
-
-
-def streamer_callback(streamer: object) -> Callable[[int], None] | None:
-    """A per-token callback feeding a transformers streamer (`put` of a (1,) tensor), or None."""
-    if streamer is None:
-        return None
-    if not callable(getattr(streamer, "put", None)) or not callable(getattr(streamer, "end", None)):
-        raise TypeError(f"streamer must have put() and end() methods (a transformers BaseStreamer), got {type(streamer).__name__}")
-    return lambda token: streamer.put(torch.tensor([token]))

@@ -124,6 +124,46 @@ def build_step_inputs(current: int, window: torch.Tensor, candidates: torch.Tens
     return StepInputs(input_ids, position + layout.position_offsets(), layout.allowed(), layout)
 
 
+def pad_candidates(candidates: torch.Tensor, rows: int, fill: int) -> torch.Tensor:
+    """Pad (g, N-1) candidates to (rows, N-1) with dummy rows of `fill`, for a constant-shape step.
+
+    A dummy row is laid out like a candidate, so it sees only the current token and itself, and
+    no other token sees it: its outputs are ignored and its K/V are never committed. With G rows
+    always, the step's input, positions and mask keep one shape whatever the pool returned.
+    """
+    g = candidates.shape[0]
+    if g > rows:
+        raise ValueError(f"{g} candidates do not fit in {rows} rows")
+    dummies = torch.full((rows - g, candidates.shape[1]), fill, dtype=candidates.dtype)
+    return torch.cat([candidates, dummies])
+
+
+def static_additive(allowed: torch.Tensor, length: torch.Tensor, max_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask of a step over a whole static KV cache of `max_length` slots.
+
+    Slots below `length` hold the committed context (every query sees them); the step's own
+    tokens are written at slots length .. length+q-1 and see each other as `allowed` says; all
+    other slots (stale entries of earlier steps, unused space) are hidden. Built from tensors
+    only, so that one captured graph serves every step.
+
+    Args:
+        allowed: (q, q) bool mask within the step.
+        length: () long tensor, committed tokens in the cache.
+        max_length: M, slots of the static cache.
+        dtype: the model's floating dtype.
+
+    Returns:
+        (1, 1, q, M) tensor on `allowed`'s device.
+    """
+    q = allowed.shape[0]
+    slots = torch.arange(max_length, device=allowed.device)
+    offset = slots - length  # (M,) position of each slot inside the step
+    in_step = (offset >= 0) & (offset < q)
+    visible = (slots < length) | (in_step & allowed[:, offset.clamp(0, q - 1)])  # (q, M)
+    mask = torch.zeros(q, max_length, dtype=dtype, device=allowed.device)
+    return mask.masked_fill(~visible, torch.finfo(dtype).min)[None, None]
+
+
 def to_additive(allowed: torch.Tensor, past_len: int, dtype: torch.dtype) -> torch.Tensor:
     """The float form transformers needs: 0 where allowed, finfo(dtype).min elsewhere.
 

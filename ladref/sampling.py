@@ -14,14 +14,14 @@ Warping follows transformers' `TemperatureLogitsWarper`, `TopKLogitsWarper` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from .common import DecodeCall
-from .greedy import prefill
+from .call import DecodeCall
 from .results import DecodeResult
+from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 # transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -151,15 +151,17 @@ def make_chooser(
 @torch.inference_mode()
 def sample_decode(
     model: torch.nn.Module,
-    input_ids: object,
+    input_ids: TokenIds,
     max_new_tokens: int = 64,
     *,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
-    eos_token_id: int | Iterable[int] | None = None,
-    tokenizer: object = None,
+    eos_token_id: EosIds = None,
+    tokenizer: Tokenizer | None = None,
+    streamer: Streamer | None = None,
+    attention_backend: str = "auto",
 ) -> DecodeResult:
     """Ordinary sampling, one token per forward pass: the distribution lookahead sampling must keep.
 
@@ -173,13 +175,15 @@ def sample_decode(
         generator: CPU `torch.Generator` for reproducible draws.
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
+        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 
     Returns:
         `DecodeResult` with one step per generated token.
     """
     chooser = make_chooser(True, temperature, top_k, top_p, generator)
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer)
-    current = prefill(call.runner, call.prompt, call.stats)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer, streamer, attention_backend)
+    current = call.runner.prefill(call.prompt, call.stats)
     while not call.sink.done:
         logits = call.runner.forward(torch.tensor([current]))  # (1, V)
         current = chooser.choose((), logits[-1], ())

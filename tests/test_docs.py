@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import subprocess
 import sys
@@ -37,9 +38,14 @@ def test_glossary_names_are_real():
     from ladref import LookaheadConfig
 
     glossary = (DOCS / "glossary.md").read_text()
-    for symbol, field, reference in (("W", "window_size", "WINDOW_SIZE"), ("N", "ngram_size", "LEVEL"),
-                                     ("G", "max_candidates", "GUESS_SET_SIZE")):
-        assert f"| {symbol} | `LookaheadConfig.{field}` | `{reference}` |" in glossary
+    for symbol, field, reference, trt in (("W", "window_size", "WINDOW_SIZE", "max_window_size"),
+                                          ("N", "ngram_size", "LEVEL", "max_ngram_size"),
+                                          ("G", "max_candidates", "GUESS_SET_SIZE", "max_verification_set_size")):
+        assert f"| {symbol} | `LookaheadConfig.{field}` | `{reference}` | `{trt}` |" in glossary
+    from ladref.bench.hf import prompt_lookup_decode
+
+    for name in ("prompt_lookup_num_tokens", "max_matching_ngram_size"):  # the wrapper keeps transformers' names
+        assert name in inspect.signature(prompt_lookup_decode).parameters and f"`{name}`" in glossary
     fields = {f.name for f in dataclasses.fields(LookaheadConfig)}
     for name in re.findall(r"`LookaheadConfig\.(\w+)", glossary):
         assert name in fields or hasattr(LookaheadConfig, name), name
@@ -55,7 +61,32 @@ def test_mkdocs_build_strict(tmp_path):
         page = site / "tutorials" / tutorial.stem / "index.html"
         assert page.is_file(), f"no page for {tutorial.name}"
         assert "Exercises" in page.read_text()
+        assert f'<a href="{tutorial.stem}.ipynb" download>' in page.read_text(), "no notebook download link"
+        assert (page.parent / f"{tutorial.stem}.ipynb").is_file(), "the download link points at nothing"
     assert "GUESS_SET_SIZE" in (site / "glossary" / "index.html").read_text()
     api = (site / "reference" / "decoders" / "index.html").read_text()
     assert "lookahead_decode" in api and "compression" in api  # rendered from the docstrings
     assert "make_student.py" in (site / "assignments" / "index.html").read_text()  # snippet included
+    reference = "".join(page.read_text() for page in (site / "reference").rglob("index.html"))
+    missing = [name for name in exported_names() if f'id="{name}"' not in reference]
+    assert not missing, f"exported names without an API reference entry: {missing}"
+
+
+def exported_names() -> list[str]:
+    """The qualified name (mkdocstrings' anchor) of everything `ladref` and `ladref.bench` export."""
+    import ast
+
+    import ladref
+    import ladref.bench
+
+    names = []
+    for package in (ladref, ladref.bench):
+        folder = Path(package.__file__).parent
+        for name in package.__all__:
+            module = getattr(getattr(package, name), "__module__", "")
+            if not module.startswith("ladref"):  # a constant or a type alias: the module that assigns it
+                module = next(f"{package.__name__}.{p.stem}" for p in sorted(folder.glob("*.py")) if p.stem != "__init__" and any(
+                    isinstance(n, ast.Assign) and any(getattr(t, "id", None) == name for t in n.targets)
+                    for n in ast.parse(p.read_text()).body))
+            names.append(f"{module}.{name}")
+    return names

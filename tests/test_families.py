@@ -19,9 +19,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("family", SUPPORTED)
 def test_family_lookahead_matches_transformers_greedy(family):
     model = family_model(family, 16, 0)
-    result = lookahead_decode(model, PROMPT, CONFIG, 24)
+    result = lookahead_decode(model, PROMPT, 24, config=CONFIG)
     assert result.token_ids == hf_greedy(model, PROMPT, 24)
-    sampled = lookahead_decode(model, PROMPT, CONFIG, 8, do_sample=True, generator=torch.Generator().manual_seed(0))
+    sampled = lookahead_decode(model, PROMPT, 8, config=CONFIG, do_sample=True, generator=torch.Generator().manual_seed(0))
     assert len(sampled.token_ids) == 8
 
 
@@ -63,4 +63,4 @@ def test_non_float_weights_are_refused():
     weight = model.get_input_embeddings().weight
     model.get_input_embeddings().weight = torch.nn.Parameter(weight.detach().to(torch.int8), requires_grad=False)
     with pytest.raises(ValueError, match="has torch.int8 weights"):
-        lookahead_decode(model, PROMPT, CONFIG, 4)
+        lookahead_decode(model, PROMPT, 4, config=CONFIG)

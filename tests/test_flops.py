@@ -1,15 +1,22 @@
-"""The FLOPs formula of ladref.flops against torch's FlopCounterMode on tiny eager models."""
+"""The FLOPs formula of ladref.bench.flops against torch's FlopCounterMode on tiny eager models."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from strategies import tiny_model
 from torch.utils.flop_counter import FlopCounterMode
 
 from ladref import LookaheadConfig, greedy_decode, jacobi_decode, lookahead_decode
-from ladref.flops import (ModelShape, decode_flops, flops_ratio, forward_flops, lookahead_step_shape, measure_forward_flops,
-                          step_flops)
-from strategies import tiny_model
+from ladref.bench.flops import (
+    ModelShape,
+    decode_flops,
+    flops_ratio,
+    forward_flops,
+    lookahead_step_shape,
+    measure_forward_flops,
+    step_flops,
+)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
@@ -36,7 +43,7 @@ def _measured_total(decoder, *args, **kwargs):
 def test_decode_flops_replays_a_lookahead_call_exactly(config):
     model = tiny_model("llama", 8, 1, "eager")
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
-    result, measured = _measured_total(lookahead_decode, model, prompt, config, 12)
+    result, measured = _measured_total(lookahead_decode, model, prompt, 12, config=config)
     report = decode_flops(ModelShape.from_model(model), result.stats, "lookahead", config)
     assert len(report.per_step) == result.stats.steps
     assert report.total == measured

@@ -9,7 +9,12 @@ import torch
 from families import peaky_model
 from strategies import tiny_model
 from test_sampling import chi_square_p, exact_joint, joint_counts
-from transformers import StoppingCriteria, StoppingCriteriaList, StopStringCriteria, TextStreamer
+from transformers import (
+    StoppingCriteria,
+    StoppingCriteriaList,
+    StopStringCriteria,
+    TextStreamer,
+)
 from transformers.generation.streamers import BaseStreamer
 
 from ladref import LookaheadConfig, lookahead_decode
@@ -88,7 +93,7 @@ def test_streamer_gets_prompt_then_every_token_in_order():
     new = out[0, ids.shape[1] :].tolist()
     assert recorder.puts == [PROMPT[0]] + [[t] for t in new] and recorder.ended == 1
     direct = Recorder()
-    result = lookahead_decode(model, ids, CONFIG, 25, streamer=direct)
+    result = lookahead_decode(model, ids, 25, config=CONFIG, streamer=direct)
     assert result.stats.compression > 1 and direct.puts == recorder.puts and direct.ended == 1
 
 

@@ -6,9 +6,14 @@ import pytest
 import torch
 from strategies import tiny_model
 
-from ladref import LookaheadConfig, greedy_decode, jacobi_decode, lookahead_decode
-from ladref.plookup import prompt_lookup_decode
-from ladref.sampling import sample_decode
+from ladref import (
+    LookaheadConfig,
+    greedy_decode,
+    jacobi_decode,
+    lookahead_decode,
+    sample_decode,
+)
+from ladref.bench.hf import prompt_lookup_decode
 
 DECODERS = {
     "greedy": greedy_decode,
@@ -53,8 +58,8 @@ BAD_INPUTS = [
     (torch.tensor([PROMPT, PROMPT]), {}, ValueError, "batch size 2 > 1 is not supported"),
     (torch.ones(1, 1, 3, dtype=torch.long), {}, ValueError, "input_ids must have shape \\(L,\\) or \\(1, L\\)"),
     ([1] * 600, {}, ValueError, "the prompt \\(600 tokens\\) leaves no room in the model's context of 512"),
-    (PROMPT, {"max_new_tokens": 0}, ValueError, "max_new_tokens must be > 0, got 0"),
-    (PROMPT, {"max_new_tokens": -3}, ValueError, "max_new_tokens must be > 0, got -3"),
+    (PROMPT, {"max_new_tokens": 0}, ValueError, "max_new_tokens must be >= 1, got 0"),
+    (PROMPT, {"max_new_tokens": -3}, ValueError, "max_new_tokens must be >= 1, got -3"),
     (PROMPT, {"max_new_tokens": 2.5}, TypeError, "max_new_tokens must be an int"),
     (PROMPT, {"max_new_tokens": 510}, ValueError, "exceeds the model's context of 512 positions"),
     (torch.tensor([PROMPT], dtype=torch.float32), {}, TypeError, "input_ids must hold integer token ids"),
@@ -65,6 +70,10 @@ BAD_INPUTS = [
     (PROMPT, {"tokenizer": NoEosTokenizer()}, ValueError, "the tokenizer \\(NoEosTokenizer\\) has no EOS token"),
     (PROMPT, {"eos_token_id": 16}, ValueError, "eos_token_id 16 is outside the model's vocabulary"),
     (PROMPT, {"eos_token_id": "</s>"}, TypeError, "eos_token_id must be an int or a list of ints"),
+    (PROMPT, {"streamer": print}, TypeError, "streamer must have put\\(\\) and end\\(\\) methods"),
+    (PROMPT, {"attention_backend": "fast"}, ValueError, "unknown attention_backend 'fast'; choose one of"),
+    (PROMPT, {"attention_backend": None}, TypeError, "attention_backend must be a str"),
+    (PROMPT, {"attention_backend": "efficient"}, ValueError, "SDPA efficient attention has no kernel on cpu"),
 ]
 
 
@@ -93,15 +102,24 @@ def test_invalid_w_n_g(kwargs, error, message):
 
 def test_lookahead_specific_arguments(model, no_forward):
     with pytest.raises(TypeError, match="config must be a LookaheadConfig"):
-        lookahead_decode(model, PROMPT, {"window_size": 4})
+        lookahead_decode(model, PROMPT, config={"window_size": 4})
     with pytest.raises(ValueError, match="exceeds the model's context"):  # the window's positions count too
-        lookahead_decode(model, PROMPT, LookaheadConfig(window_size=8, ngram_size=4), 500)
+        lookahead_decode(model, PROMPT, 500, config=LookaheadConfig(window_size=8, ngram_size=4))
     with pytest.raises(TypeError, match="model must be a transformers causal LM"):
         lookahead_decode("gpt2", PROMPT)
-    with pytest.raises(TypeError, match="streamer must have put\\(\\) and end\\(\\) methods"):
-        lookahead_decode(model, PROMPT, streamer=print)
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
         lookahead_decode(model, PROMPT, do_sample=True, generator=123)
+
+
+def test_old_positional_call_names_the_new_form(model, no_forward):
+    config = LookaheadConfig(window_size=4, ngram_size=3, max_candidates=4)
+    new_form = "call lookahead_decode\\(model, input_ids, max_new_tokens, config=config\\)"
+    with pytest.raises(TypeError, match=new_form):
+        lookahead_decode(model, PROMPT, config, 32)
+    with pytest.raises(TypeError, match=new_form):
+        lookahead_decode(model, PROMPT, config)
+    with pytest.raises(TypeError, match=new_form):
+        lookahead_decode(model, PROMPT, 32, config, 7)
 
 
 def test_no_eos_opt_out_and_tokenizer_fallback(model):
@@ -118,11 +136,11 @@ def test_no_eos_opt_out_and_tokenizer_fallback(model):
 
 def test_repeated_and_interleaved_calls_return_the_same_result(model):
     config = LookaheadConfig(window_size=4, ngram_size=3, max_candidates=4)
-    first = lookahead_decode(model, PROMPT, config, 32)
-    lookahead_decode(model, [5, 6, 7, 5, 6, 7, 5], config, 32)  # another prompt in between
-    again = lookahead_decode(model, PROMPT, config, 32)
+    first = lookahead_decode(model, PROMPT, 32, config=config)
+    lookahead_decode(model, [5, 6, 7, 5, 6, 7, 5], 32, config=config)  # another prompt in between
+    again = lookahead_decode(model, PROMPT, 32, config=config)
     assert again.token_ids == first.token_ids
     assert again.stats.accepted_per_step == first.stats.accepted_per_step  # same pool growth: nothing carried over
-    sampled = [lookahead_decode(model, PROMPT, config, 16, do_sample=True, generator=torch.Generator().manual_seed(3)).token_ids
+    sampled = [lookahead_decode(model, PROMPT, 16, config=config, do_sample=True, generator=torch.Generator().manual_seed(3)).token_ids
                for _ in range(2)]
     assert sampled[0] == sampled[1]

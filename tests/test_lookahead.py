@@ -4,20 +4,27 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import architectures, hf_greedy, lookahead_configs, prompts, seeds, tiny_model, vocab_sizes
+from strategies import (
+    architectures,
+    hf_greedy,
+    lookahead_configs,
+    prompts,
+    seeds,
+    tiny_model,
+    vocab_sizes,
+)
 
 from ladref import LookaheadConfig, greedy_decode, lookahead_decode
-from ladref.backend import ModelRunner
-from ladref.greedy import prefill
 from ladref.lookahead import LookaheadState, lookahead_step
 from ladref.results import DecodeStats
+from ladref.runner import ModelRunner
 
 pytestmark = pytest.mark.task1_4
 
 
 def started(model, prompt, config):
     runner, state = ModelRunner(model), LookaheadState.start(torch.tensor(prompt), config)
-    current = prefill(runner, torch.tensor(prompt), DecodeStats())
+    current = runner.prefill(torch.tensor(prompt), DecodeStats())
     return runner, state, current
 
 
@@ -72,7 +79,7 @@ def test_window_predictions_are_jacobi_updates_and_feed_the_pool():
 
 def test_verification_speeds_up_repetitive_text():
     model, prompt = tiny_model("llama", 16, 0), [1, 2, 3]  # its greedy text cycles with period 5
-    result = lookahead_decode(model, prompt, LookaheadConfig(4, 4, 4), 60, eos_token_id=[])
+    result = lookahead_decode(model, prompt, 60, config=LookaheadConfig(4, 4, 4), eos_token_id=[])
     assert result.token_ids == hf_greedy(model, prompt, 60)
     assert result.stats.compression > 2.0  # S: tokens per step
 
@@ -85,7 +92,7 @@ def test_lookahead_output_is_greedy(arch, vocab, seed, data, config, max_new_tok
     expected = hf_greedy(model, prompt, max_new_tokens, eos)
     ours = greedy_decode(model, prompt, max_new_tokens, eos_token_id=[] if eos is None else eos)
     assert ours.token_ids == expected
-    result = lookahead_decode(model, prompt, config, max_new_tokens, eos_token_id=[] if eos is None else eos)
+    result = lookahead_decode(model, prompt, max_new_tokens, config=config, eos_token_id=[] if eos is None else eos)
     assert result.token_ids == expected
     stats = result.stats
     assert stats.new_tokens == len(expected) and stats.steps <= len(expected)

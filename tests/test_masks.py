@@ -6,8 +6,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import tiny_model
 
-from ladref.backend import ModelRunner
-from ladref.masks import StepLayout, build_step_inputs, render, to_additive
+from ladref.masks import (
+    StepLayout,
+    build_step_inputs,
+    pad_candidates,
+    render,
+    static_additive,
+    to_additive,
+)
+from ladref.runner import ModelRunner
 
 pytestmark = pytest.mark.task1_1
 
@@ -101,3 +108,28 @@ def test_masked_step_logits_equal_plain_causal_forward(arch):
         sequence = torch.cat([prompt[:-1], step.input_ids[naive_sequence(step.layout, i)]])
         expected = model(sequence[None]).logits[0, -1]
         torch.testing.assert_close(logits[i], expected, rtol=1e-9, atol=1e-9)
+
+
+@given(st.integers(1, 6), st.integers(2, 5), st.integers(0, 4), st.integers(0, 20), st.integers(0, 6))
+def test_static_mask_is_the_step_mask_placed_in_the_static_cache(W, N, g, length, spare):
+    allowed = StepLayout(W, N, g).allowed()
+    q = allowed.shape[0]
+    max_length = length + q + spare
+    mask = static_additive(allowed, torch.tensor(length), max_length, torch.float64)[0, 0]  # (q, M)
+    expected = to_additive(allowed, length, torch.float64)[0, 0]  # (q, length + q)
+    assert mask.shape == (q, max_length)
+    assert torch.equal(mask[:, : length + q], expected)
+    assert (mask[:, length + q :] == torch.finfo(torch.float64).min).all()  # stale and unused slots hidden
+
+
+def test_padded_candidates_are_isolated_dummies():
+    candidates = torch.tensor([[4, 5, 6], [4, 7, 8]])
+    padded = pad_candidates(candidates, 4, fill=9)
+    assert padded.tolist() == [[4, 5, 6], [4, 7, 8], [9, 9, 9], [9, 9, 9]]
+    allowed = build_step_inputs(9, torch.zeros(3, 2, dtype=torch.long), padded, 0).allowed
+    layout = StepLayout(2, 4, 4)
+    real, dummy = layout.candidate_index()[:2].flatten(), layout.candidate_index()[2:].flatten()
+    assert not allowed[:, dummy][~torch.isin(torch.arange(allowed.shape[0]), dummy)].any()  # nobody else sees a dummy
+    assert not allowed[real][:, dummy].any()
+    with pytest.raises(ValueError, match="do not fit"):
+        pad_candidates(candidates, 1, fill=9)

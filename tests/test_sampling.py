@@ -14,7 +14,12 @@ import pytest
 import torch
 from families import peaky_model
 from strategies import tiny_model
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from ladref import LookaheadConfig, greedy_decode, lookahead_decode
 from ladref.sampling import SamplingChooser, Warp, make_chooser, sample_decode
@@ -75,7 +80,7 @@ def test_lookahead_sampling_matches_exact_distribution(warp, config, one_thread)
     generator = torch.Generator().manual_seed(1234)
     samples, steps = [], 0
     for _ in range(draws):
-        result = lookahead_decode(model, PROMPT, config, k, do_sample=True, temperature=warp.temperature,
+        result = lookahead_decode(model, PROMPT, k, config=config, do_sample=True, temperature=warp.temperature,
                                   top_k=warp.top_k, top_p=warp.top_p, generator=generator)
         samples.append(result.token_ids)
         steps += result.stats.steps
@@ -155,7 +160,7 @@ def test_temperature_to_zero_is_greedy(arch, seed):
     model = tiny_model(arch, 16, seed)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 3, 1, 4, 1]
     greedy = greedy_decode(model, prompt, 24).token_ids
-    sampled = lookahead_decode(model, prompt, LookaheadConfig(3, 3, 3), 24, do_sample=True, temperature=1e-7,
+    sampled = lookahead_decode(model, prompt, 24, config=LookaheadConfig(3, 3, 3), do_sample=True, temperature=1e-7,
                                generator=torch.Generator().manual_seed(seed))
     assert sampled.token_ids == greedy
 
@@ -164,7 +169,7 @@ def test_seeded_sampling_is_reproducible_and_seed_dependent():
     model, config = peaky_model(), LookaheadConfig(3, 4, 4)
 
     def run(seed: int) -> list[int]:
-        return lookahead_decode(model, PROMPT, config, 24, do_sample=True, generator=torch.Generator().manual_seed(seed)).token_ids
+        return lookahead_decode(model, PROMPT, 24, config=config, do_sample=True, generator=torch.Generator().manual_seed(seed)).token_ids
 
     assert run(5) == run(5)
     assert run(5) != run(6)

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,8 +27,8 @@ def load(name: str):
     return module
 
 
-def test_six_tutorials_in_percent_format():
-    assert [t.name[:2] for t in TUTORIALS] == ["01", "02", "03", "04", "05", "06"]
+def test_seven_tutorials_in_percent_format():
+    assert [t.name[:2] for t in TUTORIALS] == ["01", "02", "03", "04", "05", "06", "07"]
     for source in TUTORIALS:
         text = source.read_text()
         assert "#     formats: py:percent" in text and "# %% [markdown]" in text, source.name
@@ -46,7 +52,7 @@ def executed_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("tutorials")
 
 
-TINY_ONLY = {"03"}  # every other tutorial loads the embedded SmolLM2 model
+TINY_ONLY = {"03", "07"}  # every other tutorial loads the embedded SmolLM2 model
 
 
 @pytest.mark.slow
@@ -74,3 +80,43 @@ def test_tutorial_runs(source, executed_dir):
     assert "Exercises" in html
     if source.name[:2] in PLOTS:
         assert "data:image/png;base64" in html
+
+
+def _get(url: str, token: str) -> bytes:
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.read()
+
+
+@pytest.mark.slow
+def test_jupyter_lab_opens_every_tutorial_as_a_notebook(tmp_path):
+    """README's install brings JupyterLab with jupytext: its server reads each percent-format
+    source as a notebook (what "Open With > Notebook" shows), with the same cells as jupytext."""
+    jupytext = pytest.importorskip("jupytext")
+    pytest.importorskip("jupyterlab", reason="the tutorials extra installs JupyterLab")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    token, base = "ladref-test", f"http://127.0.0.1:{port}"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    server = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}",
+                               "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(120):
+            try:
+                _get(f"{base}/api/status", token)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()[-2000:]
+                time.sleep(0.5)
+        assert b"JupyterLab" in _get(f"{base}/lab", token)
+        assert b"jupytext" in _get(f"{base}/lab/api/extensions", token)  # the "Open With > Notebook" extension
+        for source in TUTORIALS:
+            model = json.loads(_get(f"{base}/api/contents/tutorials/{source.name}?type=notebook&content=1", token))
+            cells = model["content"]["cells"]
+            assert model["type"] == "notebook" and len(cells) == len(jupytext.read(source).cells), source.name
+            assert {c["cell_type"] for c in cells} == {"markdown", "code"}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -31,10 +31,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from ladref import chat_ids, greedy_decode, load_default_model
-from ladref.backend import ModelRunner
-from ladref.greedy import prefill
 from ladref.jacobi import converged_prefix, jacobi_iteration, next_guess
 from ladref.results import DecodeStats
+from ladref.runner import ModelRunner
 
 with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
     model, tokenizer = load_default_model(device="cpu")
@@ -82,7 +81,7 @@ print("one pass reproduces greedy:", predicted.tolist() == greedy.token_ids)
 # %%
 m = 8
 runner, stats = ModelRunner(model), DecodeStats()
-current = prefill(runner, prompt, stats)
+current = runner.prefill(prompt, stats)
 guess = prompt[-m:].clone()  # initial guess: the prompt's tail, as jacobi_decode does
 committed, history = [], []
 with torch.inference_mode():

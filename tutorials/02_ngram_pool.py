@@ -28,11 +28,10 @@ import io
 import torch
 
 from ladref import LookaheadConfig, chat_ids, load_default_model, lookahead_decode
-from ladref.backend import ModelRunner
-from ladref.greedy import prefill
 from ladref.lookahead import LookaheadState, lookahead_step
 from ladref.ngram_pool import NGramPool
 from ladref.results import DecodeStats
+from ladref.runner import ModelRunner
 
 with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
     model, tokenizer = load_default_model(device="cpu")
@@ -92,7 +91,7 @@ for cand in seeded.candidates(the, limit=4):
 config = LookaheadConfig(window_size=5, ngram_size=4, max_candidates=0, pool_from_prompt=False, pool_capacity=8)
 runner, stats = ModelRunner(model), DecodeStats()
 state = LookaheadState.start(prompt, config)
-current = prefill(runner, prompt, stats)
+current = runner.prefill(prompt, stats)
 with torch.inference_mode():
     for step in range(5):
         window = state.window.clone()
@@ -124,7 +123,7 @@ print(f"pool size after 5 steps: {len(state.pool)} n-grams")
 # %%
 for from_prompt in (False, True):
     cfg = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4, pool_from_prompt=from_prompt)
-    result = lookahead_decode(model, prompt, cfg, 32, tokenizer=tokenizer)
+    result = lookahead_decode(model, prompt, 32, config=cfg, tokenizer=tokenizer)
     print(f"pool_from_prompt={from_prompt}: {result.stats.steps} steps for {result.stats.new_tokens} tokens, "
           f"S = {result.stats.compression:.2f}")
 print(result.text)

@@ -23,8 +23,8 @@ import torch
 from matplotlib.colors import ListedColormap
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ladref.backend import ModelRunner
 from ladref.masks import StepLayout, build_step_inputs, render
+from ladref.runner import ModelRunner
 
 # %% [markdown]
 # ## Layout
@@ -153,7 +153,7 @@ print("cell (2, 3) logits == plain causal pass:", torch.allclose(base[r * W + c]
 #    run? (Compare with tutorial 1.)
 # 2. The mask hides entries, but the attention kernel still computes the full (q, c + q) score
 #    matrix. How many of the q * q in-step entries are actually visible, as a function of
-#    W, N, g? (`ladref.flops` charges for all of them.)
+#    W, N, g? (`ladref.bench.flops` charges for all of them.)
 # 3. Break the mask on purpose (e.g. let candidate tokens see row 0) and run
 #    `python -m pytest -m task1_1` against your change: which property fails first?
 # 4. Why are the positions `p + r + c` and not simply consecutive flat indices? What would go

@@ -32,14 +32,14 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a no
 import contextlib
 import copy
 import io
+
 import torch
 
 from ladref import LookaheadConfig, chat_ids, greedy_decode, load_default_model
-from ladref.backend import ModelRunner
-from ladref.greedy import prefill
 from ladref.lookahead import LookaheadState, lookahead_step
 from ladref.masks import build_step_inputs
 from ladref.results import DecodeStats
+from ladref.runner import ModelRunner
 from ladref.verify import verify_greedy
 
 with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
@@ -66,7 +66,7 @@ config = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4)
 W, N, G = config.window_size, config.ngram_size, config.max_candidates
 runner = ModelRunner(model)
 state = LookaheadState.start(prompt, config)
-current = prefill(runner, prompt, DecodeStats())
+current = runner.prefill(prompt, DecodeStats())
 done = []
 with torch.inference_mode():
     for step in range(30):

@@ -25,10 +25,17 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a no
 import contextlib
 import html
 import io
+
 import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
-from ladref import LookaheadConfig, chat_ids, greedy_decode, load_default_model, lookahead_decode
+from ladref import (
+    LookaheadConfig,
+    chat_ids,
+    greedy_decode,
+    load_default_model,
+    lookahead_decode,
+)
 
 with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
     model, tokenizer = load_default_model(device="cpu")
@@ -39,7 +46,7 @@ greedy_decode(model, prompt, 4)  # warm-up, so neither timing below pays first-c
 
 # %%
 greedy = greedy_decode(model, prompt, MAX_NEW, tokenizer=tokenizer)
-lookahead = lookahead_decode(model, prompt, config, MAX_NEW, tokenizer=tokenizer)
+lookahead = lookahead_decode(model, prompt, MAX_NEW, config=config, tokenizer=tokenizer)
 print("identical to greedy:", lookahead.token_ids == greedy.token_ids)
 assert lookahead.token_ids == greedy.token_ids
 print(lookahead.text)
@@ -122,5 +129,5 @@ plt.show()
 #    Where do the green tokens come from in each case?
 # 3. Sweep W in (1, 2, 4, 8) with G = W and N = 4. Plot S and the wall-clock speedup
 #    against W. Where does the speedup peak on your machine?
-# 4. Compare with prompt lookup decoding (`ladref.plookup.prompt_lookup_decode`) on the same
+# 4. Compare with prompt lookup decoding (`ladref.bench.hf.prompt_lookup_decode`) on the same
 #    prompt: which tokens does each method get for free?

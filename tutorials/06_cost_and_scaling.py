@@ -15,10 +15,10 @@
 # tokens on average. Whether that is a good trade depends on what a wider forward pass costs
 # on *your* hardware. This notebook
 #
-# 1. counts FLOPs per step with `ladref.flops` (and checks the formula against PyTorch's
+# 1. counts FLOPs per step with `ladref.bench.flops` (and checks the formula against PyTorch's
 #    FLOP counter),
 # 2. measures what a q-token forward pass costs on this machine,
-# 3. runs a small scaling-law sweep with `ladref.scaling`,
+# 3. runs a small scaling-law sweep with `ladref.bench.scaling`,
 # 4. puts it together into a rule for choosing W, N and G.
 
 # %%
@@ -38,9 +38,15 @@ from IPython.display import Image, display
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ladref import LookaheadConfig, load_default_model
-from ladref.autotune import interpolate_cost, measure_forward_cost
-from ladref.flops import ModelShape, forward_flops, lookahead_step_shape, measure_forward_flops, step_flops
-from ladref.scaling import fit_log_linear, plot_scaling, scaling_sweep
+from ladref.bench.autotune import interpolate_cost, measure_forward_cost
+from ladref.bench.flops import (
+    ModelShape,
+    forward_flops,
+    lookahead_step_shape,
+    measure_forward_flops,
+    step_flops,
+)
+from ladref.bench.scaling import fit_log_linear, plot_scaling, scaling_sweep
 
 with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
     model, tokenizer = load_default_model(device="cpu")
@@ -90,7 +96,7 @@ for q, c, k in [(1, 32, 1), (24, 32, 13), (60, 100, 60)]:
 # %% [markdown]
 # ## 2. What a wider pass costs on this machine
 #
-# FLOPs are not time. `ladref.autotune.measure_forward_cost` times one forward pass over q new
+# FLOPs are not time. `ladref.bench.autotune.measure_forward_cost` times one forward pass over q new
 # tokens (median of a few runs, fixed context). On a GPU t(q) stays nearly flat up to dozens or
 # hundreds of tokens, because decoding is limited by reading the weights, not by arithmetic; on
 # a CPU it rises much sooner. (Timings are noisy when other programs share the CPU: if the
@@ -164,7 +170,7 @@ for w, n in [(1, 3), (2, 3), (4, 4), (8, 5), (15, 5)]:
 #   step (on a data-center GPU and a 7B model, dozens to a hundred and more; on this CPU, few);
 # * spend it as `(N-1)(W+G) <= q`, with G = W as in the paper, and N around 4-6: larger N
 #   makes each accepted n-gram longer but the window rows cost W tokens each;
-# * then measure S on prompts like yours: `ladref.autotune.recommend(model, prompts)` does the
+# * then measure S on prompts like yours: `ladref.bench.autotune.recommend(model, prompts)` does the
 #   whole procedure (t(q), S per config, greedy interleaved) and only recommends a config that
 #   was measured faster than greedy.
 #
@@ -174,5 +180,5 @@ for w, n in [(1, 3), (2, 3), (4, 4), (8, 5), (15, 5)]:
 #    How close is it to the measured one?
 # 2. Run `measure_forward_cost` with `torch.set_num_threads(1)`. How does the break-even S move?
 # 3. In `forward_flops`, which term dominates for SmolLM2 at q = 24 and c = 256? At c = 4096?
-# 4. Run `ladref.autotune.recommend(model, [prompt])` on a few prompts of your own (it takes a
+# 4. Run `ladref.bench.autotune.recommend(model, [prompt])` on a few prompts of your own (it takes a
 #    few minutes on a CPU). Which configuration does it pick, and why?

@@ -10,6 +10,8 @@ matches); otherwise the page is the source converted to a notebook without outpu
 
 The docs build never executes code, so it stays fast and deterministic; CI runs the tutorials
 first (``python tutorials/run.py``) so that the published pages show their plots and traces.
+Each tutorial page starts with a link that downloads its notebook (mkdocs-jupyter's
+``include_source`` copies the ``.ipynb`` next to the page; the Material theme shows no link).
 """
 
 from __future__ import annotations
@@ -64,3 +66,16 @@ def on_files(files: Files, config) -> Files:
     if missing:
         log.info("tutorials shown without outputs (run `python tutorials/run.py` first): %s", ", ".join(missing))
     return files
+
+
+def download_link(notebook_name: str) -> str:
+    """The HTML put at the top of a tutorial page: a link that downloads its notebook."""
+    return (f'<p class="ladref-download"><a href="{notebook_name}" download>Download this tutorial as a notebook '
+            f"(<code>{notebook_name}</code>)</a>; open it with <code>jupyter lab</code>.</p>\n")
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    src = page.file.src_uri
+    if src.startswith("tutorials/") and src.endswith(".ipynb"):
+        return download_link(src.rsplit("/", 1)[-1]) + html
+    return html

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .config import LookaheadConfig
-from .lookahead import lookahead_decode
+from ..config import LookaheadConfig
+from ..lookahead import lookahead_decode
 
 DEFAULT_WINDOWS = (1, 2, 4, 8, 16)
 DEFAULT_NGRAMS = (3, 5, 7)
@@ -92,7 +92,7 @@ def scaling_sweep(
             config = LookaheadConfig(window_size=w, ngram_size=n, max_candidates=pick(w))
             tokens = steps = fed = 0
             for prompt in prompts:
-                stats = lookahead_decode(model, prompt, config, max_new_tokens).stats
+                stats = lookahead_decode(model, prompt, max_new_tokens, config=config).stats
                 tokens, steps, fed = tokens + stats.new_tokens, steps + stats.steps, fed + sum(stats.forward_tokens_per_step)
             point = ScalingPoint(w, n, config.max_candidates, tokens, steps, fed)
             points.append(point)

@@ -14,7 +14,9 @@ term is for the full (q, c + q) score matrix: ladref's custom mask hides entries
 still computes them (and grouped-query K/V are broadcast to all heads before the products).
 
 Per step of decoding, with context ``c``:
-  * greedy: ``F(1, c, 1)`` for 1 token;
+  * greedy: ``F(1, c, 1)`` for 1 token (its first token comes from one pass over the whole prompt of
+    L tokens, as in transformers' generate(): `decode_flops` books ``F(L-1, 0, 0)`` of it as the
+    prefill and the rest as step 1);
   * Jacobi with block m: ``F(m + 1, c, m + 1)`` for 1..m+1 tokens;
   * lookahead with W, N and g <= G candidates: ``F((N-1)(W+g), c, 1 + W + g(N-1))`` for 1..N tokens.
 Lookahead therefore spends about (N-1)(W+G) times greedy's FLOPs per step to save a factor S
@@ -27,10 +29,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import LookaheadConfig
-from .results import DecodeStats
+from ..config import LookaheadConfig, check_int
+from ..results import DecodeStats
 
 METHODS = ("greedy", "jacobi", "lookahead", "plookup")
+"""Decoders whose steps the FLOPs model can replay (`ladref.bench.measure` benchmarks these and more)."""
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,7 @@ class ModelShape:
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden_size", "attention_width", "vocab_size", "layer_params"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ModelShape.{name} must be an int >= 1, got {value!r}")
+            check_int(f"ModelShape.{name}", getattr(self, name), 1)
 
     @classmethod
     def from_model(cls, model: torch.nn.Module) -> "ModelShape":
@@ -105,8 +106,7 @@ def forward_flops(shape: ModelShape, new_tokens: int, context: int, logits: int 
     """
     logits = new_tokens if logits is None else logits
     for name, value, low in (("new_tokens", new_tokens, 1), ("context", context, 0), ("logits", logits, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        check_int(name, value, low)
     q, c = new_tokens, context
     weights = 2 * shape.layer_params * q
     attention = 4 * shape.layers * shape.attention_width * q * (c + q)
@@ -197,9 +197,17 @@ def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: Loo
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "lookahead" and config is None:
         raise ValueError("decode_flops needs the LookaheadConfig of a lookahead call")
-    prefill = forward_flops(shape, stats.prefill_tokens, 0, 1) if stats.prefill_tokens else 0
     context, per_step = stats.prefill_tokens, []
-    for accepted, q in zip(stats.accepted_per_step, stats.forward_tokens_per_step):
+    if method == "greedy":  # one pass over the whole prompt yields token 1 (greedy_decode, generate())
+        prefill = forward_flops(shape, context, 0, 0) if context else 0
+        whole = forward_flops(shape, context + 1, 0, 1)
+    else:
+        prefill = forward_flops(shape, context, 0, 1) if context else 0
+    for index, (accepted, q) in enumerate(zip(stats.accepted_per_step, stats.forward_tokens_per_step)):
+        if method == "greedy" and index == 0:
+            per_step.append(whole - prefill)  # the last prompt token's share of the whole-prompt pass
+            context += accepted
+            continue
         if method == "lookahead":
             W, N = config.window_size, config.ngram_size
             k = 1 + W + (q // (N - 1) - W) * (N - 1)
@@ -222,7 +230,7 @@ def measure_forward_flops(model: torch.nn.Module, new_tokens: int, context: int,
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from .backend import ModelRunner
+    from ..runner import ModelRunner
 
     runner = ModelRunner(model)
     vocab = model.get_input_embeddings().num_embeddings

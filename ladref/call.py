@@ -1,4 +1,8 @@
-"""Input checks, stopping rules and result assembly shared by all decoders."""
+"""One decoding call: its checked inputs, its stopping rules (`TokenSink`) and its result.
+
+Every decoder begins with `DecodeCall.begin` (validate the prompt and the budget, resolve EOS,
+make a fresh `ModelRunner`, send the prompt to the streamer) and ends with `DecodeCall.finish`.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .backend import ModelRunner, check_model
+from .config import check_int
 from .results import DecodeResult, DecodeStats
+from .runner import ModelRunner, Runner, check_model
+from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 
-def prompt_ids(model: torch.nn.Module, input_ids: object) -> torch.Tensor:
+def prompt_ids(model: torch.nn.Module, input_ids: TokenIds) -> torch.Tensor:
     """Validate a prompt and return it as a 1-D long tensor on the CPU.
 
     Args:
@@ -68,10 +74,7 @@ def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, l
     Args:
         lookahead: how many positions past the last committed token a step may touch.
     """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
-    if max_new_tokens <= 0:
-        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    check_int("max_new_tokens", max_new_tokens, 1)
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     if limit is not None and prompt_len >= limit:
         raise ValueError(f"the prompt ({prompt_len} tokens) leaves no room in the model's context of {limit} positions")
@@ -83,7 +86,7 @@ def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, l
         )
 
 
-def eos_ids(model: torch.nn.Module, eos_token_id: int | Iterable[int] | None, tokenizer: object = None) -> frozenset[int]:
+def eos_ids(model: torch.nn.Module, eos_token_id: EosIds, tokenizer: Tokenizer | None = None) -> frozenset[int]:
     """EOS ids to stop at.
 
     Resolution order: the argument (an empty list means "no EOS, always generate max_new_tokens"),
@@ -163,6 +166,19 @@ class TokenSink:
         return kept
 
 
+def streamer_callback(streamer: Streamer | None) -> Callable[[int], None] | None:
+    """A per-token callback for `TokenSink` that feeds a streamer (`put` of a (1,) tensor), or None.
+
+    Raises:
+        TypeError: `streamer` lacks ``put`` / ``end``.
+    """
+    if streamer is None:
+        return None
+    if not callable(getattr(streamer, "put", None)) or not callable(getattr(streamer, "end", None)):
+        raise TypeError(f"streamer must have put() and end() methods (a transformers BaseStreamer), got {type(streamer).__name__}")
+    return lambda token: streamer.put(torch.tensor([token]))
+
+
 def sync(device: torch.device) -> None:
     """Wait for queued GPU work so wall-clock timings are honest."""
     if device.type == "cuda":
@@ -172,47 +188,58 @@ def sync(device: torch.device) -> None:
 @dataclass
 class DecodeCall:
     """What one decoding call owns: its validated prompt, model runner (fresh KV cache),
-    statistics, token sink and start time. Nothing outlives the call.
+    statistics, token sink, streamer and start time. Nothing outlives the call.
 
     Attributes:
         prompt: (L,) prompt ids on the CPU.
-        runner: the model with an empty `DynamicCache`.
+        runner: the model with an empty `DynamicCache` (or the `StaticRunner` a compiled decoder reuses).
         stats: filled by the decoder.
         sink: collects accepted tokens and applies the stopping rules.
         start: `time.perf_counter()` when the call began.
+        streamer: receives the prompt, each kept token, then ``end()`` (or None).
     """
 
     prompt: torch.Tensor
-    runner: ModelRunner
+    runner: Runner
     stats: DecodeStats
     sink: TokenSink
     start: float
+    streamer: Streamer | None = None
 
     @classmethod
     def begin(
         cls,
         model: torch.nn.Module,
-        input_ids: object,
+        input_ids: TokenIds,
         max_new_tokens: int,
         extent: int,
-        eos_token_id: int | Iterable[int] | None,
-        tokenizer: object = None,
-        stream: Callable[[int], None] | None = None,
+        eos_token_id: EosIds,
+        tokenizer: Tokenizer | None = None,
+        streamer: Streamer | None = None,
+        attention_backend: str = "auto",
+        runner: Runner | None = None,
     ) -> "DecodeCall":
         """Start the clock, validate the prompt and budget, resolve EOS, make a fresh runner.
 
         Args:
             extent: positions past the last committed token a step may touch (`check_budget`).
-            stream: optional per-token callback (see `TokenSink`).
+            streamer: optional; gets the prompt now, as transformers' generate() does.
+            attention_backend: the runner's SDPA kernel choice (`ladref.kernels.sdpa_backends`).
+            runner: use this runner (a compiled decoder's `StaticRunner`) instead of a new one.
         """
         start = time.perf_counter()
         prompt = prompt_ids(model, input_ids)
         check_budget(model, prompt.shape[0], max_new_tokens, extent)
-        sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer), stream=stream)
-        return cls(prompt, ModelRunner(model), DecodeStats(), sink, start)
+        sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer), stream=streamer_callback(streamer))
+        runner = ModelRunner(model, attention_backend) if runner is None else runner
+        if streamer is not None:
+            streamer.put(prompt[None])
+        return cls(prompt, runner, DecodeStats(), sink, start, streamer)
 
-    def finish(self, tokenizer: object, method: str) -> DecodeResult:
-        """Stop the clock and package the result."""
+    def finish(self, tokenizer: Tokenizer | None, method: str) -> DecodeResult:
+        """Close the streamer, stop the clock and package the result."""
+        if self.streamer is not None:
+            self.streamer.end()
         sync(self.runner.device)
         self.stats.wall_time_s = time.perf_counter() - self.start
         tokens = self.sink.tokens

