@@ -32,7 +32,7 @@ import torch
 from ..config import LookaheadConfig, check_int
 from ..results import DecodeStats
 
-METHODS = ("greedy", "jacobi", "lookahead", "plookup")
+FLOPS_METHODS = ("greedy", "jacobi", "lookahead", "plookup")
 """Decoders whose steps the FLOPs model can replay (`ladref.bench.measure` benchmarks these and more)."""
 
 
@@ -140,7 +140,7 @@ def step_flops(shape: ModelShape, method: str, context: int, config: LookaheadCo
     if method == "lookahead":
         q, k = lookahead_step_shape(config or LookaheadConfig(), candidates)
         return forward_flops(shape, q, context, k)
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    raise ValueError(f"method must be one of {FLOPS_METHODS}, got {method!r}")
 
 
 def flops_ratio(shape: ModelShape, config: LookaheadConfig, compression: float, context: int) -> float:
@@ -193,8 +193,8 @@ def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: Loo
         method: which decoder produced `stats` (decides the logits kept per step).
         config: the W, N, G used, for "lookahead".
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in FLOPS_METHODS:
+        raise ValueError(f"method must be one of {FLOPS_METHODS}, got {method!r}")
     if method == "lookahead" and config is None:
         raise ValueError("decode_flops needs the LookaheadConfig of a lookahead call")
     context, per_step = stats.prefill_tokens, []
