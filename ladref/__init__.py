@@ -24,31 +24,48 @@ lookup baseline) lives in `ladref.bench`; the core never imports it.
 
 from .compiled import CompiledDecoder
 from .config import LookaheadConfig
+from .decode import draft_decode
 from .generate import lookahead_generator
 from .greedy import greedy_decode
-from .jacobi import jacobi_decode
-from .lookahead import lookahead_decode
+from .jacobi import JacobiProposer, jacobi_decode
+from .lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
 from .models import chat_ids, default_device, load_default_model
+from .prompt_lookup import PromptLookupProposer, prompt_lookup_decode
+from .proposer import Proposer, StepOutcome
+from .recycling import RecyclingProposer, TreeTemplate, recycling_decode
 from .results import DecodeResult, DecodeStats
 from .sampling import sample_decode
+from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 __all__ = [
     "CompiledDecoder",
     "DecodeResult",
     "DecodeStats",
+    "DraftTree",
     "EosIds",
+    "JacobiProposer",
     "LookaheadConfig",
+    "LookaheadProposer",
+    "LookaheadWindow",
+    "PromptLookupProposer",
+    "Proposer",
+    "RecyclingProposer",
+    "StepOutcome",
     "Streamer",
     "TokenIds",
     "Tokenizer",
+    "TreeTemplate",
     "chat_ids",
     "default_device",
+    "draft_decode",
     "greedy_decode",
     "jacobi_decode",
     "load_default_model",
     "lookahead_decode",
     "lookahead_generator",
+    "prompt_lookup_decode",
+    "recycling_decode",
     "sample_decode",
 ]
 __version__ = "0.2.0"

@@ -30,9 +30,8 @@ def prompt_ids(model: torch.nn.Module, input_ids: TokenIds) -> torch.Tensor:
         (L,) long tensor.
 
     Raises:
-        TypeError, ValueError: for a model ladref cannot run (`check_model`) or a bad prompt.
+        TypeError, ValueError: for a bad prompt (the model itself is checked by `check_model`).
     """
-    check_model(model)
     if isinstance(input_ids, torch.Tensor):
         model_device = model_param(model).device
         if input_ids.device.type != "cpu" and input_ids.device != model_device:
@@ -52,7 +51,7 @@ def prompt_ids(model: torch.nn.Module, input_ids: TokenIds) -> torch.Tensor:
         raise ValueError(f"input_ids must have shape (L,) or (1, L), got {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError("the prompt is empty: input_ids needs at least one token")
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = vocab_size(model)
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
         raise ValueError(f"input_ids hold ids outside the model's vocabulary [0, {vocab})")
     return ids.long()
@@ -68,6 +67,17 @@ def model_param(model: torch.nn.Module) -> torch.Tensor:
     return param
 
 
+def position_limit(model: torch.nn.Module) -> int | None:
+    """The model's context length (``max_position_embeddings``), or None when it has none."""
+    return getattr(model.config.get_text_config(), "max_position_embeddings", None)
+
+
+def vocab_size(model: torch.nn.Module) -> int:
+    """V, the model's vocabulary size (its input embedding's rows)."""
+    model_param(model)
+    return model.get_input_embeddings().num_embeddings
+
+
 def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, lookahead: int) -> None:
     """Check max_new_tokens and that prompt + output (+ speculative positions) fit the context.
 
@@ -75,7 +85,7 @@ def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, l
         lookahead: how many positions past the last committed token a step may touch.
     """
     check_int("max_new_tokens", max_new_tokens, 1)
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    limit = position_limit(model)
     if limit is not None and prompt_len >= limit:
         raise ValueError(f"the prompt ({prompt_len} tokens) leaves no room in the model's context of {limit} positions")
     need = prompt_len + max_new_tokens + lookahead
@@ -197,6 +207,7 @@ class DecodeCall:
         sink: collects accepted tokens and applies the stopping rules.
         start: `time.perf_counter()` when the call began.
         streamer: receives the prompt, each kept token, then ``end()`` (or None).
+        position_limit: the model's context length (None: unbounded); drafts past it are dropped.
     """
 
     prompt: torch.Tensor
@@ -205,6 +216,7 @@ class DecodeCall:
     sink: TokenSink
     start: float
     streamer: Streamer | None = None
+    position_limit: int | None = None
 
     @classmethod
     def begin(
@@ -219,7 +231,7 @@ class DecodeCall:
         attention_backend: str = "auto",
         runner: Runner | None = None,
     ) -> "DecodeCall":
-        """Start the clock, validate the prompt and budget, resolve EOS, make a fresh runner.
+        """Start the clock, check the model (once) and the prompt and budget, resolve EOS, make a fresh runner.
 
         Args:
             extent: positions past the last committed token a step may touch (`check_budget`).
@@ -228,13 +240,15 @@ class DecodeCall:
             runner: use this runner (a compiled decoder's `StaticRunner`) instead of a new one.
         """
         start = time.perf_counter()
+        if runner is None:
+            check_model(model)
         prompt = prompt_ids(model, input_ids)
         check_budget(model, prompt.shape[0], max_new_tokens, extent)
         sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer), stream=streamer_callback(streamer))
-        runner = ModelRunner(model, attention_backend) if runner is None else runner
+        runner = ModelRunner(model, attention_backend, checked=True) if runner is None else runner
         if streamer is not None:
             streamer.put(prompt[None])
-        return cls(prompt, runner, DecodeStats(), sink, start, streamer)
+        return cls(prompt, runner, DecodeStats(), sink, start, streamer, position_limit(model))
 
     def finish(self, tokenizer: Tokenizer | None, method: str) -> DecodeResult:
         """Close the streamer, stop the clock and package the result."""

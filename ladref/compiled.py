@@ -27,9 +27,10 @@ import torch
 from .call import DecodeCall
 from .config import LookaheadConfig, check_int
 from .greedy import run_greedy
-from .lookahead import run_lookahead
+from .lookahead import LookaheadProposer
 from .results import DecodeResult
 from .runner import StaticRunner
+from .step import run_drafting
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 MODES = (None, "default", "reduce-overhead")
@@ -65,8 +66,8 @@ class CompiledDecoder:
         check_int("max_length", max_length, 2)
         self.model, self.config, self.mode = model, config, mode
         slots = 1 if config is None else config.ngram_size
-        self.runner = StaticRunner(model, max_length, attention_backend, mode, commit_slots=slots)
         self.step_tokens = 1 if config is None else config.max_step_tokens()
+        self.runner = StaticRunner(model, max_length, attention_backend, mode, commit_slots=slots, step_width=self.step_tokens)
         self.capture_s: float | None = None
 
     @property
@@ -103,7 +104,8 @@ class CompiledDecoder:
 
         Returns:
             `DecodeResult` with method "compiled_greedy" or "compiled_lookahead"; a lookahead
-            step's ``forward_tokens_per_step`` is always (N-1)(W+G), the padded width.
+            step's ``forward_tokens_per_step`` counts its real tokens; the padded step computes
+            (N-1)(W+G) (`step_tokens`).
         """
         self.warmup()
         return self._decode(input_ids, max_new_tokens, eos_token_id, tokenizer, streamer)
@@ -120,5 +122,5 @@ class CompiledDecoder:
         if self.config is None:
             run_greedy(self.runner, call.prompt, call.sink, call.stats)
         else:
-            run_lookahead(self.runner, call.prompt, self.config, call.sink, call.stats)
+            run_drafting(self.runner, call.prompt, [LookaheadProposer(self.config)], call.sink, call.stats)
         return call.finish(tokenizer, self.method)

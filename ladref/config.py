@@ -51,5 +51,10 @@ class LookaheadConfig:
         return self.pool_capacity if self.pool_capacity is not None else max(self.max_candidates, 1)
 
     def max_step_tokens(self) -> int:
-        """Most tokens one step feeds the model: (N-1) * (W + G)."""
+        """Most tokens one step feeds the model: (N-1) * (W + G) (a trie of the G n-grams may need fewer)."""
         return (self.ngram_size - 1) * (self.window_size + self.max_candidates)
+
+    def step_extent(self) -> int:
+        """Positions past the last committed token a step may touch, W + N (a bound: the window's
+        last cell sits W + N - 3 past the current token, the deepest draft N - 1)."""
+        return self.window_size + self.ngram_size

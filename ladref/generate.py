@@ -27,10 +27,11 @@ import torch
 from .call import TokenSink, check_budget, prompt_ids, streamer_callback
 from .config import LookaheadConfig
 from .kernels import check_attention_backend
-from .lookahead import run_lookahead
+from .lookahead import LookaheadProposer
 from .results import DecodeStats
 from .runner import ModelRunner
 from .sampling import GreedyChooser, SamplingChooser, Warp, check_generator
+from .step import run_drafting
 from .types import Streamer
 
 # model kwargs generate() prepares that ladref replaces with its own (mask, positions, cache)
@@ -155,7 +156,7 @@ def generate_lookahead(
     if streamer is not None and put_prompt:
         streamer.put(input_ids.cpu())  # the prompt first, as generate() does
     # 4. Decode, then assemble what generate returns.
-    run_lookahead(runner, prompt, config, sink, DecodeStats(), chooser)
+    run_drafting(runner, prompt, [LookaheadProposer(config)], sink, DecodeStats(), chooser)
     if streamer is not None:
         streamer.end()
     sequences = torch.tensor([head + sink.tokens], dtype=torch.long, device=device)

@@ -10,16 +10,20 @@ same tokens as greedy decoding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from .call import DecodeCall
 from .config import check_int
+from .decode import decode_with_proposers
+from .proposer import StepOutcome
 from .results import DecodeResult
-from .runner import ModelRunner
+from .runner import Runner
+from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 
-def jacobi_iteration(runner: ModelRunner, current: int, guess: torch.Tensor) -> torch.Tensor:
+def jacobi_iteration(runner: Runner, current: int, guess: torch.Tensor) -> torch.Tensor:
     """One parallel forward over ``[current, guess]`` (causal).
 
     Args:
@@ -46,7 +50,36 @@ def next_guess(preds: torch.Tensor, k: int, m: int) -> torch.Tensor:
     return torch.cat([rest, rest[-1:].expand(m - rest.numel())])
 
 
-@torch.inference_mode()
+class JacobiProposer:
+    """Jacobi decoding as a draft source: the previous iteration's unconverged predictions, as a chain.
+
+    Args:
+        block_size: m, guessed tokens per step (each step feeds m + 1 tokens).
+    """
+
+    name = "jacobi"
+
+    def __init__(self, block_size: int = 8) -> None:
+        check_int("block_size", block_size, 1)
+        self.block_size = block_size
+        self.guess = torch.zeros(block_size, dtype=torch.long)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """The first guess: the prompt's last m tokens (cycled when the prompt is shorter)."""
+        m = self.block_size
+        self.guess = torch.as_tensor(list(prompt), dtype=torch.long)[-m:].repeat(m)[:m]
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        return DraftTree.from_paths([self.guess.tolist()], self.name)
+
+    def learn(self, outcome: StepOutcome) -> None:
+        """Shift the predictions after the k converged guesses into the next guess."""
+        chain = outcome.tree.find_path(self.guess.tolist())  # this proposer's nodes in the step's tree
+        preds = torch.cat([torch.tensor([outcome.root_pred]), outcome.node_preds[chain]])  # (m+1,) o_0 .. o_m
+        k = min(len(outcome.path), len(chain))
+        self.guess = next_guess(preds, k, self.block_size)
+
+
 def jacobi_decode(
     model: torch.nn.Module,
     input_ids: TokenIds,
@@ -55,10 +88,19 @@ def jacobi_decode(
     block_size: int = 8,
     eos_token_id: EosIds = None,
     tokenizer: Tokenizer | None = None,
+    do_sample: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
     streamer: Streamer | None = None,
     attention_backend: str = "auto",
 ) -> DecodeResult:
     """Jacobi decoding with a KV cache; output identical to `greedy_decode`.
+
+    Each step feeds ``[current, g_1 .. g_m]`` (a chain: one causal sequence), commits the
+    converged guesses plus the first exact prediction after them, and shifts the rest of the
+    predictions into the next guess (`JacobiProposer`).
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
@@ -67,25 +109,14 @@ def jacobi_decode(
         block_size: m, guessed tokens per iteration (each pass feeds m + 1 tokens).
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
+        do_sample, temperature, top_k, top_p, generator: sampling, as in `lookahead_decode`.
         streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
         attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 
     Returns:
         `DecodeResult`; `stats.steps` is the number of Jacobi iterations.
     """
-    check_int("block_size", block_size, 1)
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, block_size, eos_token_id, tokenizer, streamer, attention_backend)
-    prompt, runner, stats, sink = call.prompt, call.runner, call.stats, call.sink
-    current = runner.prefill(prompt, stats)
-    guess = prompt[-block_size:].repeat(block_size)[:block_size]  # (m,) initial guess: prompt tail
-    while not sink.done:
-        past = runner.past_len
-        # 1. Re-predict the whole block in one pass.
-        preds = jacobi_iteration(runner, current, guess)
-        # 2. Commit the converged guesses plus the first exact prediction after them.
-        k = converged_prefix(guess, preds)
-        stats.record(sink.extend(preds[: k + 1].tolist()), block_size + 1)
-        # 3. Keep the K/V of the current token and the k converged guesses; iterate on the rest.
-        runner.commit(past, torch.arange(k + 1))
-        current, guess = int(preds[k]), next_guess(preds, k, block_size)
-    return call.finish(tokenizer, "jacobi")
+    proposer = JacobiProposer(block_size)
+    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "jacobi", block_size, eos_token_id=eos_token_id,
+                                 tokenizer=tokenizer, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 generator=generator, streamer=streamer, attention_backend=attention_backend)

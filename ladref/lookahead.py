@@ -1,149 +1,116 @@
-"""Lookahead decoding: the combined step and the decoding loop (Fu et al., ICML 2024).
+"""Lookahead decoding (Fu et al., ICML 2024): the 2-D window, its n-gram pool and the decoder.
 
-Each step runs ONE forward pass over ``[current | window (N-1, W) | g candidates (g, N-1)]``
-under the mask of `ladref.masks`:
-  * the lookahead branch makes one Jacobi iteration of the 2-D window: the newest row's
-    predictions become a new row, and each column of (old window + new row) is an n-gram for
-    the pool;
-  * the verification branch checks up to G pool n-grams that start with the current token and
-    accepts the longest one greedy decoding agrees with, plus the model's own next token.
+Each step runs ONE forward pass over ``[current | window (N-1, W) | draft tree]`` (`ladref.step`):
+  * the lookahead branch makes one Jacobi iteration of the 2-D window (`LookaheadWindow`): the
+    newest row's predictions become a new row, and each column of (old window + new row) is an
+    n-gram for the pool;
+  * the verification branch checks up to G pool n-grams that start with the current token,
+    merged into a trie (`LookaheadProposer`), and accepts the longest one greedy decoding agrees
+    with, plus the model's own next token.
 The output is therefore exactly greedy's, with 1..N tokens per step.
 
-With ``do_sample=True`` the verification branch instead samples along the candidates' prefix
-tree, accepting drafts by rejection sampling (`ladref.sampling`): the output is then distributed
-exactly as ordinary sampling. The lookahead branch stays greedy in both cases: it only proposes
-drafts, and verification alone decides what is emitted (docs/sampling.md).
+With ``do_sample=True`` the verification branch instead samples along the tree, accepting drafts
+by rejection sampling (`ladref.sampling`): the output is then distributed exactly as ordinary
+sampling. The lookahead branch stays greedy in both cases: it only proposes drafts, and
+verification alone decides what is emitted (docs/sampling.md).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import torch
 
-from .call import DecodeCall, TokenSink
-from .config import LookaheadConfig
-from .masks import build_step_inputs, pad_candidates
+from .config import LookaheadConfig, check_int
+from .decode import decode_with_proposers
 from .ngram_pool import NGramPool
-from .results import DecodeResult, DecodeStats
-from .runner import Runner
-from .sampling import GreedyChooser, SamplingChooser, make_chooser
+from .proposer import StepOutcome
+from .results import DecodeResult
+from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
-from .verify import verify_chosen, verify_greedy
-
-Chooser = GreedyChooser | SamplingChooser
 
 
-@dataclass
-class LookaheadState:
-    """Per-call state: the 2-D window, the pool and how many steps have run.
+class LookaheadWindow:
+    """The lookahead branch: N-1 rows of past Jacobi iterations over W columns.
+
+    Args:
+        window_size: W, columns (future positions guessed per step).
+        ngram_size: N; the window keeps N-1 rows.
 
     Attributes:
-        window: (N-1, W) past Jacobi iterations, oldest row first.
-        pool: the `NGramPool`.
-        steps: lookahead steps run so far.
+        grid: (N-1, W) long, oldest row first; cell (r, c) is fed at position p + r + c.
+        steps: steps fed so far in this call.
     """
 
-    window: torch.Tensor
-    pool: NGramPool
-    steps: int = 0
+    def __init__(self, window_size: int, ngram_size: int) -> None:
+        check_int("window_size (W)", window_size, 1)
+        check_int("ngram_size (N)", ngram_size, 2)
+        self.window_size, self.ngram_size = window_size, ngram_size
+        self.grid = torch.zeros(ngram_size - 1, window_size, dtype=torch.long)
+        self.steps = 0
 
-    @classmethod
-    def start(cls, prompt: torch.Tensor, config: LookaheadConfig) -> "LookaheadState":
-        """Fill the window with the prompt's last tokens (cycled) and seed the pool if asked."""
-        W, N = config.window_size, config.ngram_size
-        cells = (N - 1) * W
-        window = prompt[-cells:].repeat(cells)[:cells].view(N - 1, W).clone()
-        pool = NGramPool(N, config.capacity)
-        if config.pool_from_prompt:
-            pool.seed_from_tokens(prompt.tolist())
-        return cls(window, pool)
+    def start(self, prompt: Sequence[int]) -> None:
+        """Fill the window with the prompt's last (N-1)*W tokens (cycled when the prompt is shorter)."""
+        cells = (self.ngram_size - 1) * self.window_size
+        tail = torch.as_tensor(list(prompt), dtype=torch.long)[-cells:]
+        self.grid = tail.repeat(cells)[:cells].view(self.ngram_size - 1, self.window_size).clone()
+        self.steps = 0
+
+    def advance(self, fed: torch.Tensor, new_row: torch.Tensor) -> torch.Tensor | None:
+        """Slide by one row after a step; returns the trajectory to harvest, if it is the model's.
+
+        Args:
+            fed: ((N-1)*W,) the window as fed (cell (0, 0) replaced by the current token).
+            new_row: (W,) the model's predictions after the newest row.
+
+        Returns:
+            (N, W) ``[fed window; new_row]``, whose columns are n-grams, once every row below the
+            first came from the model (from step N-1 on); None before.
+        """
+        window = fed.view(self.ngram_size - 1, self.window_size)
+        trajectory = torch.cat([window, new_row[None]])
+        harvest = trajectory if self.steps >= self.ngram_size - 2 else None
+        self.grid = trajectory[1:].clone()
+        self.steps += 1
+        return harvest
 
 
-def lookahead_step(
-    runner: Runner,
-    state: LookaheadState,
-    current: int,
-    config: LookaheadConfig,
-    chooser: Chooser | None = None,
-    context: list[int] | None = None,
-) -> tuple[list[int], int]:
-    """One combined lookahead + verification step.
+class LookaheadProposer:
+    """The paper's draft source: an n-gram pool fed by the lookahead window (and the prompt).
 
     Args:
-        runner: model and KV cache; the cache holds everything before `current`. A runner with
-            ``constant_shapes`` (`ladref.runner.StaticRunner`) is fed G candidate rows always.
-        state: window and pool, updated in place.
-        current: the last accepted token.
-        config: W, N, G.
-        chooser: None for greedy verification, else picks each verified token (`verify_chosen`).
-        context: the committed sequence ending with `current` (for the chooser's logits processors).
+        config: W, N, G and the pool options.
 
-    Returns:
-        (accepted tokens (1..N of them), tokens fed to the model).
+    Attributes:
+        window: the `LookaheadWindow` every step feeds.
+        pool: the `NGramPool`, fresh for every call.
     """
-    past = runner.past_len
-    # 1. Candidates: up to G pool n-grams that start with the current token; a constant-shape
-    #    runner gets G rows always, the missing ones dummies (`pad_candidates`).
-    candidates = state.pool.candidates(current, config.max_candidates)  # (g, N-1)
-    g = candidates.shape[0]
-    fed = pad_candidates(candidates, config.max_candidates, current) if runner.constant_shapes else candidates
-    # 2. One forward pass over both branches under the combined mask.
-    step = build_step_inputs(current, state.window, fed, past)
-    last_row, cand_index = step.layout.last_row_index(), step.layout.candidate_index()[:g]  # (W,), (g, N-1)
-    keep = torch.cat([torch.tensor([0]), last_row, step.layout.candidate_index().flatten()])
-    logits = runner.forward(step.input_ids, step.position_ids, step.allowed, keep)  # (1 + W + rows*(N-1), V)
-    preds = logits.argmax(dim=-1).cpu()
-    W = config.window_size
-    first, new_row, cand_preds = preds[0], preds[1 : W + 1], preds[W + 1 :].view_as(fed)[:g]
-    # 3. Lookahead branch: harvest n-grams down the trajectory once the window holds model
-    #    outputs, then slide the window by one row.
-    window = step.input_ids[: step.layout.lookahead_len].view_as(state.window)  # cell (0, 0) = current
-    if state.steps >= config.ngram_size - 2:
-        state.pool.harvest(window, new_row)
-    state.window = torch.cat([window[1:], new_row[None]])
-    state.steps += 1
-    # 4. Verification branch: longest candidate prefix that greedy agrees with, plus one token
-    #    (or, with a chooser, the prefix its draws accept, plus one drawn token).
-    if chooser is None:
-        verdict = verify_greedy(candidates, first, cand_preds)
-    else:
-        cand_logits = logits[W + 1 :].reshape(*fed.shape, logits.shape[-1])[:g]  # (g, N-1, V)
-        verdict = verify_chosen(candidates, logits[0], cand_logits, chooser.choose, context or [current])
-    # 5. Commit the current token and the accepted candidate tokens to the KV cache.
-    kept = torch.tensor([0]) if verdict.best is None else torch.cat([torch.tensor([0]), cand_index[verdict.best, : verdict.matched]])
-    runner.commit(past, kept)
-    return verdict.tokens.tolist(), step.layout.length
 
+    name = "lookahead"
 
-def run_lookahead(
-    runner: Runner,
-    prompt: torch.Tensor,
-    config: LookaheadConfig,
-    sink: TokenSink,
-    stats: DecodeStats,
-    chooser: Chooser | None = None,
-) -> None:
-    """Prefill, then run lookahead steps until `sink` is done (the loop shared with `ladref.generate`).
+    def __init__(self, config: LookaheadConfig) -> None:
+        if not isinstance(config, LookaheadConfig):
+            raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
+        self.config = config
+        self.window = LookaheadWindow(config.window_size, config.ngram_size)
+        self.pool = NGramPool(config.ngram_size, config.capacity)
 
-    Args:
-        runner: a `ModelRunner` with an empty cache, or a `StaticRunner` (its prefill starts a new call).
-        prompt: (L,) prompt ids.
-        config: W, N, G.
-        sink: collects the accepted tokens and decides when to stop.
-        stats: filled in place.
-        chooser: None for greedy decoding.
-    """
-    state = LookaheadState.start(prompt, config)
-    current = runner.prefill(prompt, stats)
-    context = prompt.tolist()
-    while not sink.done:
-        accepted, width = lookahead_step(runner, state, current, config, chooser, context)
-        stats.record(sink.extend(accepted), width)
-        context.extend(accepted)
-        current = accepted[-1]
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.window.start(prompt)
+        self.pool = NGramPool(self.config.ngram_size, self.config.capacity)
+        if self.config.pool_from_prompt:
+            self.pool.seed_from_tokens(prompt)
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        """Up to G pool n-grams that start with the current token, as a trie."""
+        candidates = self.pool.candidates(context[-1], self.config.max_candidates)  # (g, N-1)
+        return DraftTree.from_paths(candidates.tolist(), self.name)
+
+    def learn(self, outcome: StepOutcome) -> None:
+        """Add the W n-grams read down the window's columns (once they are the model's)."""
+        if outcome.harvest is not None:
+            self.pool.harvest(outcome.harvest[:-1], outcome.harvest[-1])
 
 
 def reject_old_call_shape(decode: Callable) -> Callable:
@@ -165,7 +132,6 @@ def reject_old_call_shape(decode: Callable) -> Callable:
 
 
 @reject_old_call_shape
-@torch.inference_mode()
 def lookahead_decode(
     model: torch.nn.Module,
     input_ids: TokenIds,
@@ -205,10 +171,8 @@ def lookahead_decode(
         `DecodeResult`; `stats.compression` is the paper's S (tokens per step).
     """
     config = LookaheadConfig() if config is None else config
-    if not isinstance(config, LookaheadConfig):
-        raise TypeError(f"config must be a LookaheadConfig, got {type(config).__name__}")
-    chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
-    extent = config.window_size + config.ngram_size
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer, attention_backend)
-    run_lookahead(call.runner, call.prompt, config, call.sink, call.stats, chooser)
-    return call.finish(tokenizer, "lookahead")
+    proposer = LookaheadProposer(config)
+    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "lookahead", config.step_extent(),
+                                 eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample, temperature=temperature,
+                                 top_k=top_k, top_p=top_p, generator=generator, streamer=streamer,
+                                 attention_backend=attention_backend)

@@ -1,21 +1,25 @@
-"""Inputs and attention mask of one combined lookahead step (paper Fig. 5 layout).
+"""Inputs and attention mask of one combined step: ``[current | lookahead window | draft tree]``.
 
-The step input is ``[window rows | verification candidates]``:
+The step input is the lookahead branch (paper Fig. 5) followed by the draft tree (`ladref.tree`):
 
 * the lookahead branch is the (N-1, W) window flattened row by row; its cell (0, 0) is the
   current token (the last accepted one), so cell (r, c) sits at flat index ``r * W + c`` and at
-  position ``p + r + c`` (p = position of the current token);
-* candidate g, token j (the n-gram minus its first token, which is the current token) sits at
-  flat index ``(N-1) * W + g * (N-1) + j`` and at position ``p + 1 + j``.
+  position ``p + r + c`` (p = position of the current token). A step without a window feeds the
+  current token alone, at flat index 0;
+* tree node i sits at flat index ``L + i`` (L = the lookahead branch's length) and at position
+  ``p + depth(i)``.
 
 Who may see whom (besides the KV cache, which every token sees):
 
 * row 0 is a causal block: cell (0, c) sees cells (0, 0..c);
 * cell (r >= 1, c) sees row 0 up to column c and the cells above it in its column,
   (1..r, c): the sequence it sees is a Jacobi trajectory ending in its own diagonal;
-* candidate token (g, j) sees the current token and its own candidate's tokens 0..j;
-* no lookahead token sees a candidate token and no candidate token sees a lookahead token
-  other than the shared current token.
+* a tree node sees the current token, its ancestors and itself;
+* no lookahead token sees a tree node and no tree node sees a lookahead token other than the
+  shared current token.
+
+With G pool n-grams laid out as G separate chains (`DraftTree.chains`) this is exactly the
+paper's Fig. 5; merged into a trie (`DraftTree.from_paths`), shared prefixes are fed once.
 """
 
 from __future__ import annotations
@@ -24,64 +28,70 @@ from dataclasses import dataclass
 
 import torch
 
+from .tree import DraftTree
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class StepLayout:
     """Where each part of a combined step lives in its flat input.
 
     Attributes:
-        window_size: W.
-        ngram_size: N.
-        num_candidates: g, candidates verified this step (0 <= g <= G).
+        window_size: W, columns of the lookahead window; 0 for a step without one.
+        ngram_size: N, the window has N-1 rows (unused when window_size is 0).
+        tree: the draft tree verified this step.
     """
 
     window_size: int
     ngram_size: int
-    num_candidates: int
+    tree: DraftTree
 
     @property
     def lookahead_len(self) -> int:
-        """(N-1) * W tokens of the lookahead branch, current token included."""
-        return (self.ngram_size - 1) * self.window_size
+        """L: (N-1) * W tokens of the lookahead branch, current token included (1 without a window)."""
+        return (self.ngram_size - 1) * self.window_size if self.window_size else 1
 
     @property
     def length(self) -> int:
-        """q = (N-1) * (W + g), the tokens fed to the model this step."""
-        return (self.ngram_size - 1) * (self.window_size + self.num_candidates)
+        """q = L + n, the tokens fed to the model this step."""
+        return self.lookahead_len + len(self.tree)
+
+    @property
+    def is_causal(self) -> bool:
+        """True when the step is one plain causal sequence (no window, the tree a single chain)."""
+        return self.lookahead_len == 1 and self.tree.is_chain()
 
     def last_row_index(self) -> torch.Tensor:
         """(W,) flat indices of the newest window row (row N-2), whose outputs form the next row."""
         start = (self.ngram_size - 2) * self.window_size
         return torch.arange(start, start + self.window_size)
 
-    def candidate_index(self) -> torch.Tensor:
-        """(g, N-1) flat indices of the candidate tokens."""
-        n = self.num_candidates * (self.ngram_size - 1)
-        return (self.lookahead_len + torch.arange(n)).view(self.num_candidates, self.ngram_size - 1)
+    def tree_index(self) -> torch.Tensor:
+        """(n,) flat indices of the tree nodes."""
+        return self.lookahead_len + torch.arange(len(self.tree))
 
     def position_offsets(self) -> torch.Tensor:
         """(q,) position of each token relative to the current token."""
-        W, N, g = self.window_size, self.ngram_size, self.num_candidates
-        rows = torch.arange(N - 1).repeat_interleave(W)
-        cols = torch.arange(W).repeat(N - 1)
-        cand = torch.arange(1, N).repeat(g)
-        return torch.cat([rows + cols, cand])
+        W, N = self.window_size, self.ngram_size
+        if W:
+            window = torch.arange(N - 1).repeat_interleave(W) + torch.arange(W).repeat(N - 1)  # row + column
+        else:
+            window = torch.zeros(1, dtype=torch.long)
+        return torch.cat([window, self.tree.depths])
 
     def allowed(self) -> torch.Tensor:
         """(q, q) bool, allowed[i, j] = token i may attend to token j (the readable mask)."""
-        W, N, g = self.window_size, self.ngram_size, self.num_candidates
-        L = self.lookahead_len
-        r = torch.arange(N - 1).repeat_interleave(W)  # (L,) row of each lookahead token
-        c = torch.arange(W).repeat(N - 1)  # (L,) column of each lookahead token
-        row0_prefix = (r[None, :] == 0) & (c[None, :] <= c[:, None])
-        own_column = (r[None, :] >= 1) & (c[None, :] == c[:, None]) & (r[None, :] <= r[:, None])
-        k = torch.arange(g).repeat_interleave(N - 1)  # (g*(N-1),) candidate of each token
-        j = torch.arange(N - 1).repeat(g)  # (g*(N-1),) offset inside its candidate
-        own_candidate = (k[None, :] == k[:, None]) & (j[None, :] <= j[:, None])
+        W, N, L = self.window_size, self.ngram_size, self.lookahead_len
         allowed = torch.zeros(self.length, self.length, dtype=torch.bool)
-        allowed[:L, :L] = row0_prefix | own_column
-        allowed[L:, L:] = own_candidate
-        allowed[L:, 0] = True  # candidates continue the current token
+        if W:
+            r = torch.arange(N - 1).repeat_interleave(W)  # (L,) row of each lookahead token
+            c = torch.arange(W).repeat(N - 1)  # (L,) column of each lookahead token
+            row0_prefix = (r[None, :] == 0) & (c[None, :] <= c[:, None])
+            own_column = (r[None, :] >= 1) & (c[None, :] == c[:, None]) & (r[None, :] <= r[:, None])
+            allowed[:L, :L] = row0_prefix | own_column
+        else:
+            allowed[0, 0] = True
+        allowed[L:, L:] = self.tree.ancestors()
+        allowed[L:, 0] = True  # drafts continue the current token
         return allowed
 
 
@@ -93,7 +103,7 @@ class StepInputs:
         input_ids: (q,) token ids.
         position_ids: (q,) absolute positions.
         allowed: (q, q) bool who-may-see-whom matrix.
-        layout: the `StepLayout` that maps flat indices back to window cells and candidates.
+        layout: the `StepLayout` that maps flat indices back to window cells and tree nodes.
     """
 
     input_ids: torch.Tensor
@@ -102,25 +112,26 @@ class StepInputs:
     layout: StepLayout
 
 
-def build_step_inputs(current: int, window: torch.Tensor, candidates: torch.Tensor, position: int) -> StepInputs:
-    """Assemble ids, positions and mask for ``[current | window | candidates]``.
+def build_step_inputs(current: int, window: torch.Tensor | None, tree: DraftTree, position: int) -> StepInputs:
+    """Assemble ids, positions and mask for ``[current | window | tree]``.
 
     Args:
         current: the last accepted token; it replaces window cell (0, 0).
-        window: (N-1, W) long, the lookahead window, oldest row first.
-        candidates: (g, N-1) long, pool n-grams without their first token (== current).
+        window: (N-1, W) long, the lookahead window, oldest row first; None for no lookahead branch.
+        tree: the draft tree (its nodes continue `current`).
         position: absolute position p of the current token.
 
     Returns:
         The `StepInputs` (all on the CPU).
     """
-    rows, W = window.shape
-    if candidates.shape[0] and candidates.shape[1] != rows:
-        raise ValueError(f"candidates must have N-1 = {rows} tokens each, got shape {tuple(candidates.shape)}")
-    layout = StepLayout(W, rows + 1, candidates.shape[0])
-    flat = window.flatten().clone()
-    flat[0] = current
-    input_ids = torch.cat([flat, candidates.flatten()])
+    if window is None:
+        layout, flat = StepLayout(0, 0, tree), torch.tensor([current])
+    else:
+        rows, W = window.shape
+        layout = StepLayout(W, rows + 1, tree)
+        flat = window.flatten().clone()
+        flat[0] = current
+    input_ids = torch.cat([flat, tree.tokens])
     return StepInputs(input_ids, position + layout.position_offsets(), layout.allowed(), layout)
 
 

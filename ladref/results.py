@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .tree import DraftTree
 
 
 @dataclass
@@ -16,6 +21,10 @@ class DecodeStats:
         forward_tokens_per_step: tokens fed to the model by each step (its width q).
         prefill_tokens: prompt tokens processed before the first step.
         wall_time_s: wall-clock seconds of the whole call, prefill included.
+        window_tokens_per_step: of those, the lookahead branch's tokens besides the current one.
+        draft_tokens_per_step: of those, the draft tree's tokens (the verification branch).
+        accepted_by_source: per draft source, a histogram {k: steps} of how many of its drafted
+            tokens a step accepted, over the steps in which it proposed something.
     """
 
     steps: int = 0
@@ -23,12 +32,24 @@ class DecodeStats:
     forward_tokens_per_step: list[int] = field(default_factory=list)
     prefill_tokens: int = 0
     wall_time_s: float = 0.0
+    window_tokens_per_step: list[int] = field(default_factory=list)
+    draft_tokens_per_step: list[int] = field(default_factory=list)
+    accepted_by_source: dict[str, Counter] = field(default_factory=dict)
 
-    def record(self, accepted: int, forward_tokens: int) -> None:
-        """Add one decoding step."""
+    def record(self, accepted: int, forward_tokens: int, window_tokens: int = 0) -> None:
+        """Add one decoding step (its drafts: the tokens fed besides the current one and the window)."""
         self.steps += 1
         self.accepted_per_step.append(accepted)
         self.forward_tokens_per_step.append(forward_tokens)
+        self.window_tokens_per_step.append(window_tokens)
+        self.draft_tokens_per_step.append(forward_tokens - 1 - window_tokens)
+
+    def record_step(self, accepted: int, forward_tokens: int, window_tokens: int, tree: DraftTree, path: list[int]) -> None:
+        """Add one draft step: `record`, plus whose drafts the accepted `path` of `tree` came from."""
+        self.record(accepted, forward_tokens, window_tokens)
+        credited = Counter(tree.sources[node] for node in path)
+        for source in dict.fromkeys(tree.sources):
+            self.accepted_by_source.setdefault(source, Counter())[credited[source]] += 1
 
     @property
     def new_tokens(self) -> int:

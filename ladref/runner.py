@@ -17,6 +17,7 @@ step has a new shape at every step, and a kernel that plans per shape would pay 
 from __future__ import annotations
 
 import inspect
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache, DynamicLayer, StaticCache
@@ -75,13 +76,16 @@ class ModelRunner:
         model: a decoder-only transformers model using eager or SDPA attention.
         attention_backend: which SDPA kernels every forward may use (`sdpa_backends`); "auto"
             avoids kernels that plan per shape.
+        checked: the caller has already run `check_model` on this model (once per call).
     """
 
     constant_shapes = False  # steps feed only the candidates found (StaticRunner pads to G)
 
-    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto") -> None:
-        check_model(model)
+    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto", checked: bool = False) -> None:
+        if not checked:
+            check_model(model)
         self.model = model
+        self.vocab_size = model.get_input_embeddings().num_embeddings
         self.cache = DynamicCache(config=model.config)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -205,14 +209,17 @@ class StaticRunner:
             "reduce-overhead" (CUDA graphs on CUDA) or "default".
         commit_slots: slots a commit copies, a constant (N for lookahead decoding; extra slots
             copy a duplicate past the new length, where it is masked and later overwritten).
+        step_width: pad every (compiled) step to this many tokens with isolated dummies, so that
+            every step has one shape; None feeds each step as it comes.
     """
 
     constant_shapes = True
 
     def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
-                 compile_mode: str | None = None, commit_slots: int = 1) -> None:
+                 compile_mode: str | None = None, commit_slots: int = 1, step_width: int | None = None) -> None:
         check_model(model)
-        self.model, self.max_length, self.commit_slots = model, max_length, commit_slots
+        self.model, self.max_length, self.commit_slots, self.step_width = model, max_length, commit_slots, step_width
+        self.vocab_size = model.get_input_embeddings().num_embeddings
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
@@ -259,11 +266,20 @@ class StaticRunner:
             position_ids = torch.arange(self.length, self.length + q)
         if allowed is None:
             allowed = torch.ones(q, q, dtype=torch.bool).tril_()
+        if step is None and self.step_width is not None and q < self.step_width:  # constant shape: dummies after the step
+            pad = self.step_width - q  # each dummy sees only itself, nobody sees it, its logits are not read
+            input_ids = torch.cat([input_ids, input_ids[:1].expand(pad)])
+            position_ids = torch.cat([position_ids, position_ids[-1:].expand(pad)])
+            allowed = torch.block_diag(allowed, torch.eye(pad, dtype=torch.bool))
+            q = self.step_width
+        rows = None if keep is None else keep.shape[0]
+        if step is None and self.step_width is not None and keep is not None:  # a constant number of logit rows too
+            keep = torch.cat([keep, keep[-1:].expand(self.step_width - rows)])
         to = self.device
         args = (input_ids.to(to), position_ids.to(to), allowed.to(to), torch.tensor(self.length, device=to),
                 None if keep is None else keep.to(to))
         with attention_scope(self.kernels):
-            logits = (step or self._step)(*args)
+            logits = (step or self._step)(*args)[:rows]
         self.length += q
         return logits if logits.dtype == torch.float64 else logits.float()
 
@@ -293,5 +309,30 @@ class StaticRunner:
             layer.cumulative_length.copy_(length)
 
 
-Runner = ModelRunner | StaticRunner
-"""What the decoding loops drive: ``prefill`` / ``prefill_whole``, ``forward``, ``commit``, ``past_len``."""
+class Runner(Protocol):
+    """What the decoding loops drive (`ModelRunner`, or a static runner of `ladref.compiled`).
+
+    Attributes:
+        device: where the model runs.
+        vocab_size: V, the model's vocabulary size.
+    """
+
+    device: torch.device
+    vocab_size: int
+
+    @property
+    def past_len(self) -> int:
+        """Tokens committed in the KV cache."""
+
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
+        """Cache the prompt but its last token (a new call); returns that token."""
+
+    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
+        """Cache the whole prompt (a new call); returns the (V,) logits after it."""
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed (q,) tokens under a (q, q) mask; returns the logits of the rows `keep`."""
+
+    def commit(self, past_len: int, keep: torch.Tensor) -> None:
+        """Keep `past_len` cached entries plus the last step's entries `keep`."""

@@ -1,7 +1,7 @@
 """Sampling that keeps the model's (warped) distribution, and the plain sampler it must match.
 
 A *chooser* picks the token at one verified position from the model's logits there and the
-draft tokens the surviving pool candidates propose for it (see `ladref.verify.verify_chosen`):
+draft tokens the tree's children propose for it (see `ladref.verify.verify_chosen`):
 
 * `SamplingChooser` accepts drafts by rejection sampling, so every token is distributed exactly
   as in ordinary sampling (the argument is in docs/sampling.md);
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -64,6 +65,13 @@ class Warp:
             drop[..., -1] = False  # keep at least one token
             scores = scores.masked_fill(drop.scatter(-1, order, drop), -float("inf"))
         return scores
+
+
+class Chooser(Protocol):
+    """Picks the token at one verified position (`GreedyChooser`, `SamplingChooser`)."""
+
+    def choose(self, context: Sequence[int], logits: torch.Tensor, proposals: Sequence[int]) -> int:
+        """One token, from the (V,) logits after `context` and the drafts `proposals` for that position."""
 
 
 def _processed(processor: Processor | None, context: Sequence[int], logits: torch.Tensor) -> torch.Tensor:

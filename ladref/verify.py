@@ -1,9 +1,9 @@
-"""Verification of pool candidates: greedy (`verify_greedy`) and chooser-driven (`verify_chosen`).
+"""Verification of a draft tree: greedy (`verify_greedy`) and chooser-driven (`verify_chosen`).
 
-Accept rule, for candidate tokens c_1..c_{N-1} following the current token:
-  # the model's argmax after the current token is y_1; after c_1..c_j it is y_{j+1};
-  # keep c_j while c_j == y_j for every j so far (the candidate reproduces greedy decoding);
-  # the accepted tokens are the matched c's plus the next y: 1..N tokens, exactly greedy's output.
+Accept rule, walking down from the current token (the root):
+  # the model's argmax after the current token is y_1; after the node reached at depth j it is y_{j+1};
+  # descend into the child whose token equals y_j, for as long as there is one (the path reproduces greedy);
+  # the accepted tokens are the path's tokens plus the next y: 1 + depth tokens, exactly greedy's output.
 """
 
 from __future__ import annotations
@@ -13,78 +13,81 @@ from dataclasses import dataclass
 
 import torch
 
+from .tree import DraftTree
+
 
 @dataclass(frozen=True)
 class Verdict:
     """Outcome of verification.
 
     Attributes:
-        tokens: (k+1,) the accepted tokens: k matched candidate tokens then the model's own.
-        best: index of the candidate that supplied the k tokens, or None when k == 0.
-        matched: k, candidate tokens accepted (0 <= k <= N-1).
+        tokens: (k+1,) the accepted tokens: k drafted tokens then the model's own.
+        path: the k accepted tree nodes, root's child first (their K/V are committed).
     """
 
     tokens: torch.Tensor
-    best: int | None
-    matched: int
+    path: list[int]
+
+    @property
+    def matched(self) -> int:
+        """k, drafted tokens accepted."""
+        return len(self.path)
 
 
-def verify_greedy(candidates: torch.Tensor, first_pred: torch.Tensor, cand_preds: torch.Tensor) -> Verdict:
-    """Find the candidate with the longest prefix that greedy decoding would produce.
+def verify_greedy(tree: DraftTree, root_pred: int, node_preds: torch.Tensor) -> Verdict:
+    """Find the longest root path of `tree` that greedy decoding would produce.
 
     Args:
-        candidates: (g, N-1) candidate tokens (their first token, the current one, left out).
-        first_pred: () the model's argmax after the current token (y_1).
-        cand_preds: (g, N-1) the model's argmax after each candidate token.
+        tree: the draft tree (n nodes) continuing the current token.
+        root_pred: y_1, the model's argmax after the current token.
+        node_preds: (n,) the model's argmax after each node.
 
     Returns:
-        The `Verdict`; with g == 0 it accepts exactly y_1, one greedy step.
+        The `Verdict`; an empty tree accepts exactly y_1, one greedy step.
     """
-    g = candidates.shape[0]
-    if g == 0:
-        return Verdict(first_pred.reshape(1), None, 0)
-    targets = torch.cat([first_pred.expand(g, 1), cand_preds], dim=1)  # (g, N): y_1 .. y_N per candidate
-    match = (candidates == targets[:, :-1]).long().cumprod(dim=1)  # (g, N-1), 1 while the prefix matches
-    lengths = match.sum(dim=1)  # (g,)
-    best = int(lengths.argmax())
-    k = int(lengths[best])
-    return Verdict(targets[best, : k + 1], best if k else None, k)
+    tokens, preds = tree.tokens.tolist(), node_preds.tolist()
+    path, target, node = [], int(root_pred), -1
+    while True:
+        match = next((child for child in tree.children.get(node, ()) if tokens[child] == target), None)
+        if match is None:
+            break
+        path.append(match)
+        node, target = match, preds[match]
+    return Verdict(torch.tensor([tokens[i] for i in path] + [target]), path)
 
 
 def verify_chosen(
-    candidates: torch.Tensor,
-    first_logits: torch.Tensor,
-    cand_logits: torch.Tensor,
+    tree: DraftTree,
+    root_logits: torch.Tensor,
+    node_logits: torch.Tensor,
     choose: Callable[[Sequence[int], torch.Tensor, Sequence[int]], int],
     context: Sequence[int],
 ) -> Verdict:
-    """Walk the candidates' prefix tree, letting `choose` pick each token (sampling or processors).
+    """Walk the tree, letting `choose` pick each token (sampling, or argmax after logits processors).
 
-    Accept rule, at depth j with the candidates that agree with every token chosen so far:
-      # their j-th tokens are the drafts; choose(context + chosen, logits here, drafts) picks token y_j;
-      # if y_j is a draft, keep the candidates proposing it and read the next logits from one of them
-      #   (they share a context, so any one will do); otherwise, or after N-1 drafts, stop after y_j.
+    Accept rule, at the node reached so far (the root first):
+      # its children's tokens are the drafts; choose(context + chosen, logits here, drafts) picks token y;
+      # if y is a draft, descend into that child and read the next logits there;
+      # otherwise, or at a leaf, stop after y.
 
     Args:
-        candidates: (g, N-1) candidate tokens (their first token, the current one, left out).
-        first_logits: (V,) the model's logits after the current token.
-        cand_logits: (g, N-1, V) the model's logits after each candidate token.
+        tree: the draft tree (n nodes) continuing the current token.
+        root_logits: (V,) the model's logits after the current token.
+        node_logits: (n, V) the model's logits after each node.
         choose: picks one token from (context, logits, draft tokens), e.g. `SamplingChooser.choose`.
         context: the committed sequence, ending with the current token.
 
     Returns:
-        The `Verdict`: 1..N tokens, the candidate that supplied the matched ones.
+        The `Verdict`: the chosen tokens and the path of drafts among them.
     """
-    g, n = candidates.shape
-    alive = torch.ones(g, dtype=torch.bool)
-    logits, chosen, best = first_logits, [], None
-    for j in range(n + 1):
-        drafts = candidates[alive, j].tolist() if j < n else []
-        token = int(choose([*context, *chosen], logits, drafts))
+    tokens = tree.tokens.tolist()
+    node, logits, chosen, path = -1, root_logits, [], []
+    while True:
+        children = tree.children.get(node, [])
+        token = int(choose([*context, *chosen], logits, [tokens[c] for c in children]))
         chosen.append(token)
-        if token not in drafts:
-            break
-        alive &= candidates[:, j] == token
-        best = int(alive.nonzero()[0])
-        logits = cand_logits[best, j]
-    return Verdict(torch.tensor(chosen), best, len(chosen) - 1)
+        node = next((c for c in children if tokens[c] == token), None)
+        if node is None:
+            return Verdict(torch.tensor(chosen), path)
+        path.append(node)
+        logits = node_logits[node]

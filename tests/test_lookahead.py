@@ -1,11 +1,15 @@
 """Task 1.4: the combined lookahead step (one forward, window + pool update, verify, KV commit)."""
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import (
     architectures,
+    build_tiny,
     hf_greedy,
     lookahead_configs,
     prompts,
@@ -14,31 +18,40 @@ from strategies import (
     vocab_sizes,
 )
 
-from ladref import LookaheadConfig, greedy_decode, lookahead_decode
-from ladref.lookahead import LookaheadState, lookahead_step
+from ladref import LookaheadConfig, LookaheadProposer, greedy_decode, jacobi_decode, lookahead_decode
+from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
+from ladref.step import draft_step
 
 pytestmark = pytest.mark.task1_4
+RECORDED = Path(__file__).parent / "data" / "lookahead_v0_2.json"
 
 
 def started(model, prompt, config):
-    runner, state = ModelRunner(model), LookaheadState.start(torch.tensor(prompt), config)
+    runner, proposer = ModelRunner(model), LookaheadProposer(config)
+    proposer.begin(prompt)
     current = runner.prefill(torch.tensor(prompt), DecodeStats())
-    return runner, state, current
+    return runner, proposer, current
+
+
+def step(runner, proposer, current, context):
+    outcome = draft_step(runner, current, merged_tree([proposer], context, runner.vocab_size), proposer.window)
+    proposer.learn(outcome)
+    return outcome
 
 
 def test_step_accepts_a_full_ngram_and_commits_its_cache():
     model, prompt = tiny_model("llama", 16, 0), [1, 2, 3]
     greedy = hf_greedy(model, prompt, 6)
     config = LookaheadConfig(window_size=3, ngram_size=4, max_candidates=3, pool_from_prompt=False)
-    runner, state, current = started(model, prompt, config)
-    state.pool.add([current, 0, 0, 0])  # a wrong candidate ...
-    state.pool.add([current, *greedy[:3]])  # ... and greedy's own next 3 tokens
-    accepted, width = lookahead_step(runner, state, current, config)
+    runner, proposer, current = started(model, prompt, config)
+    proposer.pool.add([current, 0, 0, 0])  # a wrong candidate ...
+    proposer.pool.add([current, *greedy[:3]])  # ... and greedy's own next 3 tokens
+    outcome = step(runner, proposer, current, prompt)
     # 1. all N tokens accepted: the 3 verified ones plus the model's own next token
-    assert accepted == greedy[:4]
-    assert width == (4 - 1) * (3 + 2)
+    assert outcome.tokens == greedy[:4]
+    assert outcome.fed == (4 - 1) * 3 + 2 * 3  # the window, then both candidates (no shared prefix)
     # 2. the cache equals that of a plain causal forward over the accepted sequence
     reference = ModelRunner(model)
     reference.forward(torch.tensor(prompt + greedy[:3]))
@@ -47,7 +60,7 @@ def test_step_accepts_a_full_ngram_and_commits_its_cache():
         torch.testing.assert_close(ours.keys, theirs.keys, rtol=1e-9, atol=1e-9)
         torch.testing.assert_close(ours.values, theirs.values, rtol=1e-9, atol=1e-9)
     # 3. so the next step's logits are greedy's
-    logits = runner.forward(torch.tensor([accepted[-1]]))
+    logits = runner.forward(torch.tensor([outcome.tokens[-1]]))
     expected = model(torch.tensor([prompt + greedy[:4]])).logits[0, -1]
     torch.testing.assert_close(logits[0], expected, rtol=1e-9, atol=1e-9)
 
@@ -55,26 +68,26 @@ def test_step_accepts_a_full_ngram_and_commits_its_cache():
 def test_step_without_candidates_is_one_greedy_token_and_slides_the_window():
     model, prompt = tiny_model("qwen2", 16, 1), [4, 4, 2]
     config = LookaheadConfig(window_size=4, ngram_size=3, max_candidates=2, pool_from_prompt=False)
-    runner, state, current = started(model, prompt, config)
-    old = state.window.clone()
-    accepted, width = lookahead_step(runner, state, current, config)
-    assert accepted == hf_greedy(model, prompt, 1) and width == (3 - 1) * 4
-    assert state.window.shape == (2, 4) and state.steps == 1
-    assert torch.equal(state.window[0, 1:], old[1, 1:])  # the old newest row moved up
+    runner, proposer, current = started(model, prompt, config)
+    old = proposer.window.grid.clone()
+    outcome = step(runner, proposer, current, prompt)
+    assert outcome.tokens == hf_greedy(model, prompt, 1) and outcome.fed == (3 - 1) * 4
+    assert proposer.window.grid.shape == (2, 4) and proposer.window.steps == 1
+    assert torch.equal(proposer.window.grid[0, 1:], old[1, 1:])  # the old newest row moved up
     assert runner.past_len == len(prompt)  # only the current token was committed
 
 
 def test_window_predictions_are_jacobi_updates_and_feed_the_pool():
     model, prompt = tiny_model("llama", 16, 2), [5, 6, 7, 8]
     config = LookaheadConfig(window_size=3, ngram_size=2, max_candidates=0, pool_from_prompt=False)
-    runner, state, current = started(model, prompt, config)
-    window = state.window.clone()
+    runner, proposer, current = started(model, prompt, config)
+    window = proposer.window.grid.clone()
     window[0, 0] = current
-    lookahead_step(runner, state, current, config)
+    step(runner, proposer, current, prompt)
     # with N = 2 the window is one row and the new row is one Jacobi iteration of it
     expected = model(torch.tensor([prompt + window[0, 1:].tolist()])).logits[0, len(prompt) - 1 :].argmax(-1)
-    assert state.window[0].tolist() == expected.tolist()
-    assert len(state.pool) == len(set(zip(window[0].tolist(), expected.tolist())))
+    assert proposer.window.grid[0].tolist() == expected.tolist()
+    assert len(proposer.pool) == len(set(zip(window[0].tolist(), expected.tolist())))
 
 
 def test_verification_speeds_up_repetitive_text():
@@ -82,6 +95,10 @@ def test_verification_speeds_up_repetitive_text():
     result = lookahead_decode(model, prompt, 60, config=LookaheadConfig(4, 4, 4), eos_token_id=[])
     assert result.token_ids == hf_greedy(model, prompt, 60)
     assert result.stats.compression > 2.0  # S: tokens per step
+    stats = result.stats
+    assert [1 + w + d for w, d in zip(stats.window_tokens_per_step, stats.draft_tokens_per_step)] == stats.forward_tokens_per_step
+    assert set(stats.window_tokens_per_step) == {3 * 4 - 1}
+    assert sum(stats.accepted_by_source["lookahead"].values()) <= stats.steps
 
 
 @given(architectures, vocab_sizes, seeds, st.data(), lookahead_configs(), st.integers(1, 40))
@@ -98,3 +115,22 @@ def test_lookahead_output_is_greedy(arch, vocab, seed, data, config, max_new_tok
     assert stats.new_tokens == len(expected) and stats.steps <= len(expected)
     assert all(1 <= a <= config.ngram_size for a in stats.accepted_per_step)
     assert max(stats.forward_tokens_per_step) <= config.max_step_tokens()
+
+
+@pytest.mark.parametrize("case", range(80), ids=lambda i: f"case{i}")
+def test_same_tokens_and_steps_as_before_the_draft_tree(case):
+    """Recorded with ladref 0.2.0, whose verification branch fed G flat candidate rows: merging
+    them into a trie and running Jacobi decoding through the same tree step changed no token and
+    no step, greedy or sampled (same draws from the same seed)."""
+    c = json.loads(RECORDED.read_text())["cases"][case]
+    model = build_tiny(c["arch"], c["vocab"], c["seed"])
+    eos = [] if c["eos"] is None else c["eos"]
+    options = dict(config=LookaheadConfig(**c["config"]), eos_token_id=eos)
+    if c["sample"]:
+        options.update(do_sample=True, temperature=c["sample"]["temperature"],
+                       generator=torch.Generator().manual_seed(c["sample"]["seed"]))
+    result = lookahead_decode(model, c["prompt"], c["max_new_tokens"], **options)
+    assert (result.token_ids, result.stats.accepted_per_step) == (c["tokens"], c["accepted_per_step"])
+    jacobi = jacobi_decode(model, c["prompt"], c["max_new_tokens"], block_size=c["jacobi_block_size"], eos_token_id=eos)
+    assert (jacobi.token_ids, jacobi.stats.accepted_per_step) == (c["jacobi_tokens"], c["jacobi_accepted_per_step"])
+    assert jacobi.stats.forward_tokens_per_step == c["jacobi_forward_tokens_per_step"]

@@ -1,4 +1,4 @@
-"""Task 1.1: the combined step's inputs and attention mask (paper Fig. 5)."""
+"""Task 1.1: the combined step's inputs and attention mask (paper Fig. 5, plus a draft tree)."""
 
 import pytest
 import torch
@@ -6,41 +6,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import tiny_model
 
-from ladref.masks import (
-    StepLayout,
-    build_step_inputs,
-    pad_candidates,
-    render,
-    static_additive,
-    to_additive,
-)
+from ladref import DraftTree
+from ladref.masks import StepLayout, build_step_inputs, render, static_additive, to_additive
 from ladref.runner import ModelRunner
 
 pytestmark = pytest.mark.task1_1
 
-layouts = st.builds(StepLayout, st.integers(1, 8), st.integers(2, 6), st.integers(0, 8))
+trees = st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=4), max_size=5).map(lambda p: DraftTree.from_paths(p, "s"))
+layouts = st.builds(StepLayout, st.integers(0, 6), st.integers(2, 5), trees)
 
 
-def naive_sequence(layout: StepLayout, i: int) -> list[int]:
-    """The flat indices of the sequence token i extends, from the rules, one token at a time."""
-    W, L = layout.window_size, layout.lookahead_len
-    if i < L:  # lookahead cell (r, c): row 0 up to column c, then column c down to row r
-        r, c = divmod(i, W)
-        return [col for col in range(c + 1)] + [row * W + c for row in range(1, r + 1)]
-    k, j = divmod(i - L, layout.ngram_size - 1)  # candidate k, token j: current token, then k's tokens
-    return [0] + [L + k * (layout.ngram_size - 1) + t for t in range(j + 1)]
-
-
-def naive_allowed(layout: StepLayout) -> torch.Tensor:
-    allowed = torch.zeros(layout.length, layout.length, dtype=torch.bool)
-    for i in range(layout.length):
-        allowed[i, naive_sequence(layout, i)] = True
-    return allowed
-
-
-@given(layouts)
-def test_mask_equals_naive_reference(layout):
-    assert torch.equal(layout.allowed(), naive_allowed(layout))
+def seen_sequence(layout: StepLayout, i: int) -> list[int]:
+    """The flat indices token i attends to, ordered by position (one causal sequence, see below)."""
+    offsets, row = layout.position_offsets(), layout.allowed()[i]
+    return sorted(torch.nonzero(row).flatten().tolist(), key=lambda j: int(offsets[j]))
 
 
 @given(layouts)
@@ -48,43 +27,65 @@ def test_every_token_sees_one_complete_causal_sequence(layout):
     # the tokens a query sees sit at positions 0, 1, .., its own position: exactly one each
     offsets, allowed = layout.position_offsets(), layout.allowed()
     for i in range(layout.length):
-        seen = sorted(offsets[allowed[i]].tolist())
-        assert seen == list(range(int(offsets[i]) + 1))
+        assert sorted(offsets[allowed[i]].tolist()) == list(range(int(offsets[i]) + 1))
+        assert allowed[i, i] and allowed[i, 0]  # itself, and the current token
 
 
 @given(layouts)
 def test_branches_never_see_each_other(layout):
     allowed, L = layout.allowed(), layout.lookahead_len
-    assert not allowed[:L, L:].any()  # lookahead never sees a candidate
-    assert not allowed[L:, 1:L].any()  # candidates see only the current token of the window
-    assert allowed[L:, 0].all() if layout.num_candidates else True
+    assert not allowed[:L, L:].any()  # lookahead never sees a draft
+    assert not allowed[L:, 1:L].any()  # drafts see only the current token of the window
+
+
+@given(layouts)
+def test_a_draft_sees_its_root_path(layout):
+    allowed, L = layout.allowed(), layout.lookahead_len
+    for node in range(len(layout.tree)):
+        assert torch.nonzero(allowed[L + node, L:]).flatten().tolist() == layout.tree.path(node)
+
+
+@given(st.integers(1, 6), st.integers(2, 5), st.integers(0, 6))
+def test_window_rows_are_shifted_jacobi_trajectories(W, N, seed):
+    layout = StepLayout(W, N, DraftTree.empty())
+    for i in range(layout.length):
+        r, c = divmod(i, W)  # cell (r, c): row 0 up to column c, then column c down to row r
+        assert seen_sequence(layout, i) == list(range(c + 1)) + [row * W + c for row in range(1, r + 1)]
 
 
 def test_figure_5_layout():
-    # W = 5, N = 4, two candidates: 3 * 5 window tokens + 2 * 3 candidate tokens
-    layout = StepLayout(5, 4, 2)
+    # W = 5, N = 4, two candidate n-grams as separate chains: 3 * 5 window tokens + 2 * 3 draft tokens
+    layout = StepLayout(5, 4, DraftTree.chains([[7, 8, 9], [6, 5, 4]], "pool"))
     assert layout.length == 21
     assert layout.position_offsets().tolist() == [0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 1, 2, 3, 1, 2, 3]
     assert layout.last_row_index().tolist() == [10, 11, 12, 13, 14]
-    assert layout.candidate_index().tolist() == [[15, 16, 17], [18, 19, 20]]
+    assert layout.tree_index().tolist() == list(range(15, 21))
     picture = render(layout.allowed())  # cell (2, 1) sees (0, 0), (0, 1), (1, 1) and itself
     assert picture.splitlines()[11].split()[1] == "##....#....#........."
+    assert picture.splitlines()[20].split()[1] == "#.................###"
+
+
+def test_a_trie_feeds_a_shared_prefix_once():
+    chains = StepLayout(2, 4, DraftTree.chains([[7, 8, 9], [7, 8, 5]], "pool"))
+    trie = StepLayout(2, 4, DraftTree.from_paths([[7, 8, 9], [7, 8, 5]], "pool"))
+    assert chains.length - trie.length == 2 and trie.position_offsets()[-4:].tolist() == [1, 2, 3, 3]
 
 
 def test_build_step_inputs_places_tokens():
     window = torch.arange(10, 22).view(3, 4)  # (N-1, W) = (3, 4)
-    candidates = torch.tensor([[7, 8, 9]])  # (g, N-1)
-    step = build_step_inputs(5, window, candidates, position=100)
+    step = build_step_inputs(5, window, DraftTree.from_paths([[7, 8, 9]], "s"), position=100)
     assert step.input_ids.tolist() == [5] + list(range(11, 22)) + [7, 8, 9]
     assert step.position_ids[:4].tolist() == [100, 101, 102, 103]
     assert step.position_ids[-3:].tolist() == [101, 102, 103]
-    with pytest.raises(ValueError, match="N-1"):
-        build_step_inputs(5, window, torch.tensor([[1, 2]]), 0)
+    alone = build_step_inputs(5, None, DraftTree.from_paths([[7, 8], [6]], "s"), position=10)
+    assert alone.input_ids.tolist() == [5, 7, 8, 6] and alone.position_ids.tolist() == [10, 11, 12, 11]
+    assert alone.layout.lookahead_len == 1 and not alone.layout.is_causal
+    assert build_step_inputs(5, None, DraftTree.from_paths([[7, 8]], "s"), 0).layout.is_causal
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_additive_form(dtype):
-    allowed = StepLayout(3, 3, 1).allowed()
+    allowed = StepLayout(3, 3, DraftTree.from_paths([[1, 2]], "s")).allowed()
     mask = to_additive(allowed, past_len=4, dtype=dtype)
     q = allowed.shape[0]
     assert mask.shape == (1, 1, q, 4 + q) and mask.dtype == dtype
@@ -99,20 +100,20 @@ def test_masked_step_logits_equal_plain_causal_forward(arch):
     model = tiny_model(arch, 16, 1)
     prompt = torch.tensor([3, 1, 4, 1, 5])
     window = torch.randint(0, 16, (3, 4), generator=torch.Generator().manual_seed(0))
-    candidates = torch.tensor([[2, 6, 5], [9, 9, 9]])
+    tree = DraftTree.from_paths([[2, 6, 5], [2, 9], [9, 9, 9]], "s")
     runner = ModelRunner(model)
     runner.forward(prompt[:-1])
-    step = build_step_inputs(int(prompt[-1]), window, candidates, runner.past_len)
+    step = build_step_inputs(int(prompt[-1]), window, tree, runner.past_len)
     logits = runner.forward(step.input_ids, step.position_ids, step.allowed)  # (q, V)
     for i in range(step.layout.length):
-        sequence = torch.cat([prompt[:-1], step.input_ids[naive_sequence(step.layout, i)]])
+        sequence = torch.cat([prompt[:-1], step.input_ids[seen_sequence(step.layout, i)]])
         expected = model(sequence[None]).logits[0, -1]
         torch.testing.assert_close(logits[i], expected, rtol=1e-9, atol=1e-9)
 
 
-@given(st.integers(1, 6), st.integers(2, 5), st.integers(0, 4), st.integers(0, 20), st.integers(0, 6))
-def test_static_mask_is_the_step_mask_placed_in_the_static_cache(W, N, g, length, spare):
-    allowed = StepLayout(W, N, g).allowed()
+@given(st.integers(1, 6), st.integers(2, 5), trees, st.integers(0, 20), st.integers(0, 6))
+def test_static_mask_is_the_step_mask_placed_in_the_static_cache(W, N, tree, length, spare):
+    allowed = StepLayout(W, N, tree).allowed()
     q = allowed.shape[0]
     max_length = length + q + spare
     mask = static_additive(allowed, torch.tensor(length), max_length, torch.float64)[0, 0]  # (q, M)
@@ -120,16 +121,3 @@ def test_static_mask_is_the_step_mask_placed_in_the_static_cache(W, N, g, length
     assert mask.shape == (q, max_length)
     assert torch.equal(mask[:, : length + q], expected)
     assert (mask[:, length + q :] == torch.finfo(torch.float64).min).all()  # stale and unused slots hidden
-
-
-def test_padded_candidates_are_isolated_dummies():
-    candidates = torch.tensor([[4, 5, 6], [4, 7, 8]])
-    padded = pad_candidates(candidates, 4, fill=9)
-    assert padded.tolist() == [[4, 5, 6], [4, 7, 8], [9, 9, 9], [9, 9, 9]]
-    allowed = build_step_inputs(9, torch.zeros(3, 2, dtype=torch.long), padded, 0).allowed
-    layout = StepLayout(2, 4, 4)
-    real, dummy = layout.candidate_index()[:2].flatten(), layout.candidate_index()[2:].flatten()
-    assert not allowed[:, dummy][~torch.isin(torch.arange(allowed.shape[0]), dummy)].any()  # nobody else sees a dummy
-    assert not allowed[real][:, dummy].any()
-    with pytest.raises(ValueError, match="do not fit"):
-        pad_candidates(candidates, 1, fill=9)

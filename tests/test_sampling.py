@@ -21,7 +21,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from ladref import LookaheadConfig, greedy_decode, lookahead_decode
+from ladref import DraftTree, LookaheadConfig, PromptLookupProposer, RecyclingProposer, TreeTemplate, greedy_decode, lookahead_decode
 from ladref.sampling import SamplingChooser, Warp, make_chooser, sample_decode
 from ladref.verify import verify_chosen
 
@@ -97,22 +97,20 @@ def test_plain_sampler_matches_exact_distribution(one_thread):
 
 
 def _tree_case():
-    """Five candidates sharing prefixes, with fixed random logits per node of their prefix tree."""
-    candidates = torch.tensor([[1, 2], [1, 3], [4, 5], [1, 2], [6, 0]])
+    """Five drafts sharing prefixes, merged into a trie, with fixed random logits per node."""
+    tree = DraftTree.from_paths([[1, 2], [1, 3], [4, 5], [1, 2], [6, 0]], "s")  # nodes 1, 2, 3, 4, 5, 6, 0
     generator = torch.Generator().manual_seed(3)
     first = torch.randn(8, generator=generator, dtype=torch.float64) * 1.5
-    cand_logits = torch.randn(5, 2, 8, generator=generator, dtype=torch.float64) * 1.5
-    cand_logits[3] = cand_logits[0]  # identical candidates have identical contexts
-    cand_logits[1, 0] = cand_logits[0, 0]  # the same prefix (current, 1) gives the same logits
-    return candidates, first, cand_logits
+    node_logits = torch.randn(len(tree), 8, generator=generator, dtype=torch.float64) * 1.5
+    return tree, first, node_logits
 
 
 def _second_counts(chooser, draws: int) -> tuple[torch.Tensor, torch.Tensor]:
     """First-token counts, and second-token counts after token 1 (drafts 2 and 3 compete there)."""
-    candidates, first, cand_logits = _tree_case()
+    tree, first, node_logits = _tree_case()
     firsts, seconds = torch.zeros(8, dtype=torch.long), torch.zeros(8, dtype=torch.long)
     for _ in range(draws):
-        tokens = verify_chosen(candidates, first, cand_logits, chooser.choose, [0]).tokens.tolist()
+        tokens = verify_chosen(tree, first, node_logits, chooser.choose, [0]).tokens.tolist()
         firsts[tokens[0]] += 1
         if tokens[0] == 1:
             seconds[tokens[1]] += 1
@@ -122,9 +120,9 @@ def _second_counts(chooser, draws: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_tree_verification_keeps_distribution_at_each_depth():
     chooser = SamplingChooser(Warp(), torch.Generator().manual_seed(11))
     firsts, seconds = _second_counts(chooser, 6000)
-    candidates, first, cand_logits = _tree_case()
+    tree, first, node_logits = _tree_case()
     assert chi_square_p(firsts, first.softmax(-1)) > ALPHA
-    assert chi_square_p(seconds, cand_logits[0, 0].softmax(-1)) > ALPHA
+    assert chi_square_p(seconds, node_logits[0].softmax(-1)) > ALPHA  # node 0 is token 1
 
 
 class NoRenormalisation(SamplingChooser):
@@ -197,13 +195,51 @@ def test_tree_walk_with_argmax_equals_greedy_verification():
     generator = torch.Generator().manual_seed(5)
     for _ in range(300):
         g, n, V = int(torch.randint(0, 5, (), generator=generator)), int(torch.randint(1, 4, (), generator=generator)), 3
-        candidates = torch.randint(0, V, (g, n), generator=generator)
-        first, cand_logits = torch.randn(V, generator=generator), torch.randn(g, n, V, generator=generator)
-        for i in range(g):  # equal prefixes see equal logits, as in a real forward pass
-            for k in range(i):
-                for j in range(n):
-                    if torch.equal(candidates[i, : j + 1], candidates[k, : j + 1]):
-                        cand_logits[i, j] = cand_logits[k, j]
-        greedy = verify_greedy(candidates, first.argmax(), cand_logits.argmax(-1))
-        walked = verify_chosen(candidates, first, cand_logits, GreedyChooser().choose, [0])
-        assert walked.tokens.tolist() == greedy.tokens.tolist() and walked.matched == greedy.matched
+        tree = DraftTree.from_paths(torch.randint(0, V, (g, n), generator=generator).tolist(), "s")
+        first, node_logits = torch.randn(V, generator=generator), torch.randn(len(tree), V, generator=generator)
+        greedy = verify_greedy(tree, int(first.argmax()), node_logits.argmax(-1))
+        walked = verify_chosen(tree, first, node_logits, GreedyChooser().choose, [0])
+        assert walked.tokens.tolist() == greedy.tokens.tolist() and walked.path == greedy.path
+
+
+def _sampled_with(prompt, proposer_factory, chooser_factory, draws: int, k: int = 2) -> tuple[torch.Tensor, int]:
+    """Joint counts of k-token samples through the tree loop, and the drafted tokens accepted."""
+    from ladref.call import TokenSink
+    from ladref.results import DecodeStats
+    from ladref.runner import ModelRunner
+    from ladref.step import run_drafting
+
+    model, samples, accepted = peaky_model(), [], 0
+    proposer, chooser = proposer_factory(), chooser_factory()  # one proposer for all draws: a warm one keeps learning
+    for _ in range(draws):
+        sink, stats = TokenSink(k, frozenset()), DecodeStats()
+        run_drafting(ModelRunner(model), torch.tensor(prompt), [proposer], sink, stats, chooser)
+        samples.append(sink.tokens)
+        accepted += stats.new_tokens - stats.steps
+    return joint_counts(samples, 8, k), accepted
+
+
+DRAFT_SOURCES = {  # (prompt, proposer factory)
+    # warm: the adjacency learned on earlier draws drafts from the first step on (each draw is still exact)
+    "recycling": (PROMPT, lambda: RecyclingProposer(8, TreeTemplate.best_first(12, 3, 3), warm=True)),
+    # the last token 0 occurred four times before: four drafts, the most recent (7, 5, ...) first
+    "prompt_lookup": ([0, 4, 0, 0, 5, 0, 7, 2, 0], lambda: PromptLookupProposer(draft_len=2, max_ngram=2, max_matches=4)),
+}
+
+
+@pytest.mark.parametrize("source", DRAFT_SOURCES)
+def test_tree_sampling_matches_exact_distribution(source):
+    generator, warp = torch.Generator().manual_seed(21), Warp(temperature=0.8)
+    prompt, proposer = DRAFT_SOURCES[source]
+    counts, accepted = _sampled_with(prompt, proposer, lambda: SamplingChooser(warp, generator), 600)
+    assert accepted > 100  # drafts were accepted: the tree walk was exercised
+    p = chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp))
+    assert p > ALPHA, f"{source} samples deviate from the exact distribution (p = {p:.2e})"
+
+
+@pytest.mark.parametrize("source", DRAFT_SOURCES)
+def test_tree_sampling_test_rejects_a_wrong_accept_rule(source):
+    generator, warp = torch.Generator().manual_seed(21), Warp(temperature=0.8)
+    prompt, proposer = DRAFT_SOURCES[source]
+    counts, _ = _sampled_with(prompt, proposer, lambda: NoRenormalisation(warp, generator), 600)
+    assert chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp)) < ALPHA

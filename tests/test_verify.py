@@ -1,52 +1,50 @@
-"""Task 1.3: greedy verification accepts 1..N tokens, exactly greedy's."""
+"""Task 1.3: greedy verification of a draft tree accepts exactly greedy's tokens, as many as it can."""
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ladref import DraftTree
 from ladref.verify import verify_greedy
 
 pytestmark = pytest.mark.task1_3
 
 
-def test_full_match_accepts_all_n_tokens():
-    candidates = torch.tensor([[7, 8, 9]])  # N = 4
-    verdict = verify_greedy(candidates, torch.tensor(7), torch.tensor([[8, 9, 3]]))
-    assert verdict.tokens.tolist() == [7, 8, 9, 3] and verdict.matched == 3 and verdict.best == 0
+def test_full_match_accepts_the_path_plus_one():
+    tree = DraftTree.from_paths([[7, 8, 9]], "s")  # N = 4
+    verdict = verify_greedy(tree, 7, torch.tensor([8, 9, 3]))
+    assert verdict.tokens.tolist() == [7, 8, 9, 3] and verdict.path == [0, 1, 2] and verdict.matched == 3
 
 
 def test_no_match_accepts_the_models_own_token():
-    verdict = verify_greedy(torch.tensor([[1, 2], [3, 4]]), torch.tensor(5), torch.tensor([[2, 0], [4, 0]]))
-    assert verdict.tokens.tolist() == [5] and verdict.matched == 0 and verdict.best is None
+    verdict = verify_greedy(DraftTree.from_paths([[1, 2], [3, 4]], "s"), 5, torch.tensor([2, 0, 4, 0]))
+    assert verdict.tokens.tolist() == [5] and verdict.path == [] and verdict.matched == 0
 
 
-def test_longest_prefix_wins():
-    candidates = torch.tensor([[5, 1, 1], [5, 6, 1], [9, 6, 7]])
-    preds = torch.tensor([[0, 0, 0], [6, 2, 0], [6, 7, 8]])  # argmax after each candidate token
-    verdict = verify_greedy(candidates, torch.tensor(5), preds)
-    assert verdict.tokens.tolist() == [5, 6, 2] and verdict.best == 1 and verdict.matched == 2
+def test_the_branch_greedy_takes_wins():
+    tree = DraftTree.from_paths([[5, 1, 1], [5, 6, 1], [9, 6, 7]], "s")  # nodes 5, 1, 1, 6, 1, 9, 6, 7
+    preds = torch.tensor([6, 0, 0, 2, 0, 6, 7, 8])  # argmax after each node
+    verdict = verify_greedy(tree, 5, preds)
+    assert verdict.tokens.tolist() == [5, 6, 2] and verdict.path == [0, 3]
 
 
-def test_no_candidates_is_one_greedy_step():
-    verdict = verify_greedy(torch.empty(0, 3, dtype=torch.long), torch.tensor(4), torch.empty(0, 3, dtype=torch.long))
-    assert verdict.tokens.tolist() == [4] and verdict.best is None and verdict.matched == 0
+def test_no_drafts_is_one_greedy_step():
+    verdict = verify_greedy(DraftTree.empty(), 4, torch.empty(0, dtype=torch.long))
+    assert verdict.tokens.tolist() == [4] and verdict.path == []
 
 
-@given(st.data(), st.integers(0, 6), st.integers(1, 5))
-def test_accepted_tokens_follow_the_greedy_chain(data, g, n_minus_1):
+@given(st.data(), st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=5), max_size=7))
+def test_accepted_tokens_follow_the_greedy_chain(data, paths):
     # a fixed "model": the argmax after token t is next_of[t]; greedy from y_1 is the chain
     next_of = data.draw(st.lists(st.integers(0, 4), min_size=5, max_size=5))
     first = data.draw(st.integers(0, 4))
-    candidates = torch.tensor(data.draw(st.lists(st.lists(st.integers(0, 4), min_size=n_minus_1, max_size=n_minus_1),
-                                                 min_size=g, max_size=g)), dtype=torch.long).view(g, n_minus_1)
-    cand_preds = torch.tensor(next_of)[candidates]  # (g, N-1)
-    verdict = verify_greedy(candidates, torch.tensor(first), cand_preds)
+    tree = DraftTree.from_paths(paths, "s")
+    verdict = verify_greedy(tree, first, torch.tensor(next_of)[tree.tokens])
     chain = [first]
-    while len(chain) < n_minus_1 + 1:
+    while len(chain) < 7:
         chain.append(next_of[chain[-1]])
     k = verdict.matched
-    assert 1 <= len(verdict.tokens) == k + 1 <= n_minus_1 + 1
     assert verdict.tokens.tolist() == chain[: k + 1]  # exactly greedy's tokens
-    best_possible = max([0] + [next((j for j in range(n_minus_1) if c[j] != chain[j]), n_minus_1) for c in candidates.tolist()])
-    assert k == best_possible  # and the longest a candidate allows
+    assert verdict.path == tree.find_path(chain[:k])  # along the tree
+    assert k == max([0] + [next((j for j in range(len(p)) if p[j] != chain[j]), len(p)) for p in paths])  # the longest it allows

@@ -1,0 +1,112 @@
+"""Prompt lookup decoding: drafts copied from earlier text that ends like the text so far.
+
+Input-grounded tasks (summaries, code edits, retrieval-augmented answers) repeat long spans of
+their prompt. The proposer finds the most recent earlier occurrences of the last n tokens of the
+sequence (prompt plus output; n from `max_ngram` down to `min_ngram`, the longest that matches
+wins) and proposes the tokens that followed each of them, merged into a trie. Nothing is
+learned but the text itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .config import check_int
+from .decode import decode_with_proposers
+from .proposer import StepOutcome
+from .results import DecodeResult
+from .tree import DraftTree
+from .types import EosIds, Streamer, TokenIds, Tokenizer
+
+
+class PromptLookupProposer:
+    """Drafts from n-gram matches in the prompt and the text generated so far.
+
+    Args:
+        draft_len: most tokens copied after a match (the depth of each draft).
+        max_ngram: longest suffix of the text looked up.
+        min_ngram: shortest suffix looked up; a shorter match proposes nothing.
+        max_matches: most matches whose continuations are proposed (most recent first).
+    """
+
+    name = "prompt_lookup"
+
+    def __init__(self, draft_len: int = 10, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 1) -> None:
+        check_int("draft_len", draft_len, 1)
+        check_int("max_ngram", max_ngram, 1)
+        check_int("min_ngram", min_ngram, 1)
+        check_int("max_matches", max_matches, 1)
+        if min_ngram > max_ngram:
+            raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+        self.draft_len, self.max_ngram, self.min_ngram, self.max_matches = draft_len, max_ngram, min_ngram, max_matches
+        self.text: list[int] = []
+        self.ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> positions where an occurrence ends
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.text, self.ends = [], {}
+        self._append(prompt)
+
+    def _append(self, tokens: Sequence[int]) -> None:
+        """Extend the text and index every n-gram (min_ngram <= n <= max_ngram) that now ends in it."""
+        for token in tokens:
+            self.text.append(int(token))
+            end = len(self.text) - 1
+            for n in range(self.min_ngram, min(self.max_ngram, end + 1) + 1):
+                self.ends.setdefault(tuple(self.text[end - n + 1 : end + 1]), []).append(end)
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        """The continuations of the most recent earlier occurrences of the longest matching suffix."""
+        last = len(self.text) - 1
+        for n in range(min(self.max_ngram, len(self.text)), self.min_ngram - 1, -1):
+            earlier = [end for end in self.ends.get(tuple(self.text[-n:]), ()) if end < last]
+            if earlier:
+                drafts = [self.text[end + 1 : end + 1 + self.draft_len] for end in reversed(earlier[-self.max_matches :])]
+                return DraftTree.from_paths(drafts, self.name)
+        return DraftTree.empty()
+
+    def learn(self, outcome: StepOutcome) -> None:
+        self._append(outcome.tokens)
+
+
+def prompt_lookup_decode(
+    model: torch.nn.Module,
+    input_ids: TokenIds,
+    max_new_tokens: int = 64,
+    *,
+    draft_len: int = 10,
+    max_ngram: int = 3,
+    min_ngram: int = 1,
+    max_matches: int = 1,
+    eos_token_id: EosIds = None,
+    tokenizer: Tokenizer | None = None,
+    do_sample: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    streamer: Streamer | None = None,
+    attention_backend: str = "auto",
+) -> DecodeResult:
+    """Prompt lookup decoding (native); greedy output identical to `greedy_decode`.
+
+    Args:
+        model: a transformers decoder-only model (eager or SDPA attention).
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
+        max_new_tokens: most tokens to generate.
+        draft_len, max_ngram, min_ngram, max_matches: the `PromptLookupProposer`'s knobs.
+        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
+        tokenizer: optional, to decode the text.
+        do_sample, temperature, top_k, top_p, generator: sampling, as in `lookahead_decode`.
+        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+
+    Returns:
+        `DecodeResult` with method "prompt_lookup".
+    """
+    proposer = PromptLookupProposer(draft_len, max_ngram, min_ngram, max_matches)
+    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "prompt_lookup", draft_len,
+                                 eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample, temperature=temperature,
+                                 top_k=top_k, top_p=top_p, generator=generator, streamer=streamer,
+                                 attention_backend=attention_backend)

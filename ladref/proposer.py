@@ -1,0 +1,141 @@
+"""Where drafts come from: the `Proposer` protocol and the `StepOutcome` a proposer learns from.
+
+Draft-free speculative methods differ only in where their drafts come from. A proposer turns
+what has been decoded so far into a `DraftTree` of guesses for the tokens after the current one,
+and learns from what each step fed and what the model predicted there. One step then verifies
+the merged tree of every proposer in ONE forward pass (`ladref.step.draft_step`):
+
+    propose -> one forward -> harvest -> verify -> commit -> learn
+
+A proposer written by a user plugs into the same loop (`ladref.draft_decode`); it needs a name
+and three methods. Two optional attributes ask the step for more:
+
+* ``window``: a `ladref.lookahead.LookaheadWindow` the step must feed as its lookahead branch
+  (the paper's 2-D Jacobi window; at most one per step);
+* ``topk``: an int k > 0 asks for the model's top-k next tokens at EVERY position the step
+  feeds (`StepOutcome.top`), as Token Recycling's adjacency matrix needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .tree import DraftTree
+
+REQUIRED = ("name", "begin", "propose", "learn")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one step fed, what the model predicted and what was accepted.
+
+    Attributes:
+        position: p, the absolute position of the current token (the step's first input).
+        input_ids: (q,) every token fed, current token first (window cells, then tree nodes).
+        tree: the draft tree that was verified.
+        tokens: the accepted tokens (1 + len(path)), the last one the model's own.
+        path: the accepted tree nodes, root's child first.
+        root_pred: the model's argmax after the current token.
+        node_preds: (n,) the model's argmax after each tree node.
+        harvest: (N, W) the lookahead trajectory whose columns are new n-grams, or None (no
+            window this step, or its rows are not all model outputs yet).
+        top: (q, k) the top-k next tokens after every fed token, when a proposer asked (else None).
+        window_tokens: tokens of the lookahead branch fed besides the current token.
+    """
+
+    position: int
+    input_ids: torch.Tensor
+    tree: DraftTree
+    tokens: list[int]
+    path: list[int]
+    root_pred: int
+    node_preds: torch.Tensor
+    harvest: torch.Tensor | None = None
+    top: torch.Tensor | None = None
+    window_tokens: int = 0
+
+    @property
+    def fed(self) -> int:
+        """q, tokens fed to the model."""
+        return self.input_ids.shape[0]
+
+
+class Window(Protocol):
+    """A lookahead branch a step feeds (`ladref.lookahead.LookaheadWindow`).
+
+    Attributes:
+        grid: (N-1, W) long, the window's rows, oldest first; cell (0, 0) is replaced by the current token.
+    """
+
+    grid: torch.Tensor
+
+    def advance(self, fed: torch.Tensor, new_row: torch.Tensor) -> torch.Tensor | None:
+        """Slide after a step fed `fed` ((N-1)*W,) and predicted `new_row` (W,); returns the
+        (N, W) trajectory to harvest, or None."""
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """A draft source: proposes a tree for the current token and learns from each step.
+
+    Attributes:
+        name: the source's name, recorded on its tree nodes and in the statistics.
+    """
+
+    name: str
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """Start a new call on `prompt` (reset or keep state: the proposer's choice)."""
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        """A tree of drafts continuing ``context[-1]``, the current token (empty: no draft)."""
+
+    def learn(self, outcome: StepOutcome) -> None:
+        """Update from a finished step (the tokens it accepted, the predictions it made)."""
+
+
+def check_proposers(proposers: object) -> list[Proposer]:
+    """Validate a proposer or a sequence of them; returns a list.
+
+    Raises:
+        TypeError: an object lacks a member of the protocol (named), or its ``topk`` is not an int.
+        ValueError: no proposer, two lookahead windows, or a negative ``topk``.
+    """
+    items = [proposers] if not isinstance(proposers, (list, tuple)) else list(proposers)
+    if not items:
+        raise ValueError("proposers must hold at least one proposer")
+    for p in items:
+        missing = [m for m in REQUIRED if not hasattr(p, m)]
+        missing += [m for m in REQUIRED[1:] if m not in missing and not callable(getattr(p, m))]
+        if missing:
+            raise TypeError(f"{type(p).__name__} does not implement the Proposer protocol: missing {', '.join(missing)}")
+        if not isinstance(p.name, str) or not p.name:
+            raise TypeError(f"{type(p).__name__}.name must be a non-empty str, got {p.name!r}")
+        topk = getattr(p, "topk", 0)
+        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 0:
+            raise TypeError(f"{type(p).__name__}.topk must be an int >= 0, got {topk!r}")
+    if sum(getattr(p, "window", None) is not None for p in items) > 1:
+        raise ValueError("at most one proposer may bring a lookahead window")
+    return items
+
+
+def merged_tree(proposers: Sequence[Proposer], context: Sequence[int], vocab: int) -> DraftTree:
+    """Every proposer's tree for the current token, merged into one trie (first proposer first).
+
+    Raises:
+        TypeError: a proposer returned something other than a `DraftTree`.
+        ValueError: a draft token outside the vocabulary [0, vocab).
+    """
+    tree = DraftTree.empty()
+    for p in proposers:
+        proposed = p.propose(context)
+        if not isinstance(proposed, DraftTree):
+            raise TypeError(f"{type(p).__name__}.propose must return a DraftTree, got {type(proposed).__name__}")
+        if len(proposed) and (int(proposed.tokens.min()) < 0 or int(proposed.tokens.max()) >= vocab):
+            raise ValueError(f"{type(p).__name__} proposed a token outside the model's vocabulary [0, {vocab})")
+        tree = proposed if not len(tree) else tree.merge(proposed)
+    return tree

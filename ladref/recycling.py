@@ -1,0 +1,208 @@
+"""Token Recycling (Luo et al., ACL 2025): drafts from the model's own discarded top-k predictions.
+
+Every forward pass predicts a distribution at every token it is fed, and decoding keeps only one
+token of it. Token Recycling keeps the top-k: an adjacency matrix (V, k) holds, for each token,
+the k most likely next tokens the model predicted the last time that token was fed. A draft tree
+is grown from the current token by a static template (`TreeTemplate`): the node at rank path
+(r_1, .., r_d) takes the r_d-th successor of its parent's token. After each step the rows of
+every fed token are refreshed from that step's logits.
+
+By default the matrix starts empty for every call (cold start); a `RecyclingProposer` with
+``warm=True`` keeps it across calls, as the paper does.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .call import vocab_size
+from .config import check_int
+from .decode import decode_with_proposers
+from .proposer import StepOutcome
+from .results import DecodeResult
+from .tree import DraftTree
+from .types import EosIds, Streamer, TokenIds, Tokenizer
+
+
+@dataclass(frozen=True)
+class TreeTemplate:
+    """A static draft-tree shape: one rank path per node, e.g. (0,), (1,), (0, 0), (0, 1), ...
+
+    (r_1, .., r_d) is the node reached by taking the r_1-th successor of the current token, then
+    the r_2-th successor of that token, and so on. Every prefix of a path must be a path too.
+
+    Attributes:
+        paths: the rank paths, each node after its parent.
+    """
+
+    paths: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        paths = tuple(tuple(p) for p in self.paths)
+        object.__setattr__(self, "paths", paths)
+        seen: set[tuple[int, ...]] = set()
+        for path in paths:
+            if not path or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in path):
+                raise ValueError(f"a template path is a non-empty tuple of ranks (ints >= 0), got {path!r}")
+            if len(path) > 1 and path[:-1] not in seen:
+                raise ValueError(f"template path {path} comes before (or without) its parent {path[:-1]}")
+            if path in seen:
+                raise ValueError(f"template path {path} appears twice")
+            seen.add(path)
+
+    @classmethod
+    def best_first(cls, size: int = 80, topk: int = 8, depth: int = 6, beta: float = 0.55, gamma: float = 0.6) -> "TreeTemplate":
+        """The `size` most promising paths, assuming a rank-r successor is right with probability
+        beta * gamma**r at any depth, independently (ladref's own rule; the paper tunes its tree).
+
+        Args:
+            size: nodes in the tree.
+            topk: k, ranks available (the adjacency matrix's width).
+            depth: deepest path.
+            beta, gamma: the assumed acceptance model, in (0, 1).
+        """
+        for name, value, low in (("size", size, 1), ("topk", topk, 1), ("depth", depth, 1)):
+            check_int(name, value, low)
+        if not (0 < beta < 1 and 0 < gamma < 1):
+            raise ValueError(f"beta and gamma must lie in (0, 1), got {beta}, {gamma}")
+        frontier = [(-beta * gamma**r, (r,)) for r in range(topk)]
+        heapq.heapify(frontier)
+        paths: list[tuple[int, ...]] = []
+        while frontier and len(paths) < size:
+            score, path = heapq.heappop(frontier)
+            paths.append(path)
+            if len(path) < depth:
+                for r in range(topk):
+                    heapq.heappush(frontier, (score * beta * gamma**r, path + (r,)))
+        paths.sort(key=len)  # parents first
+        return cls(tuple(paths))
+
+    @property
+    def topk(self) -> int:
+        """The widest rank used, plus one: the adjacency width the template needs."""
+        return max(max(p) for p in self.paths) + 1
+
+    @property
+    def depth(self) -> int:
+        return max(len(p) for p in self.paths)
+
+
+class RecyclingProposer:
+    """Token Recycling's draft source: an adjacency matrix of recent top-k successors and a template.
+
+    Args:
+        vocab_size: V, rows of the adjacency matrix.
+        template: the static tree shape; default `TreeTemplate.best_first()` (80 nodes, depth 6).
+        topk: k, successors kept per token; default the template's width.
+        warm: keep the matrix across calls (the paper's warm start); False starts each call empty.
+
+    Attributes:
+        adjacency: (V, k) long, -1 where nothing was seen yet.
+    """
+
+    name = "recycling"
+
+    def __init__(self, vocab_size: int, template: TreeTemplate | None = None, topk: int | None = None, warm: bool = False) -> None:
+        check_int("vocab_size", vocab_size, 1)
+        template = TreeTemplate.best_first() if template is None else template
+        if not isinstance(template, TreeTemplate):
+            raise TypeError(f"template must be a TreeTemplate, got {type(template).__name__}")
+        topk = template.topk if topk is None else topk
+        check_int("topk", topk, 1)
+        if topk < template.topk:
+            raise ValueError(f"the template uses rank {template.topk - 1}, which needs topk >= {template.topk}, got {topk}")
+        if not isinstance(warm, bool):
+            raise TypeError(f"warm must be a bool, got {type(warm).__name__}")
+        self.template, self.topk, self.warm = template, topk, warm
+        self.adjacency = torch.full((vocab_size, topk), -1, dtype=torch.long)
+        depth = torch.tensor([len(p) for p in template.paths])
+        index = {p: i for i, p in enumerate(template.paths)}
+        self._parents = torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in template.paths])
+        self._ranks = torch.tensor([p[-1] for p in template.paths])
+        self._levels = [torch.nonzero(depth == d).flatten() for d in range(1, template.depth + 1)]
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module, **options) -> "RecyclingProposer":
+        """A proposer sized for `model`'s vocabulary (keep it and pass ``warm=True`` for warm starts)."""
+        return cls(vocab_size(model), **options)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        if not self.warm:
+            self.adjacency.fill_(-1)
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        """Grow the template from the current token; nodes whose token is unknown are dropped."""
+        tokens = torch.full((len(self.template.paths),), -1, dtype=torch.long)
+        for level in self._levels:  # depth by depth: a node takes its rank among its parent's successors
+            parents = self._parents[level]
+            src = torch.where(parents < 0, int(context[-1]), tokens[parents.clamp(min=0)])
+            tokens[level] = torch.where(src >= 0, self.adjacency[src.clamp(min=0), self._ranks[level]], -1)
+        known = torch.nonzero(tokens >= 0).flatten()  # a node with an unknown parent is unknown too
+        new = torch.full((len(tokens),), -1, dtype=torch.long)
+        new[known] = torch.arange(len(known))
+        parents = self._parents[known]
+        parents = torch.where(parents < 0, -1, new[parents.clamp(min=0)])
+        return DraftTree(tokens[known], parents, (self.name,) * len(known))
+
+    def learn(self, outcome: StepOutcome) -> None:
+        """Each fed token's row becomes the top-k the model just predicted after it (the last one wins)."""
+        if outcome.top is None:
+            return
+        ids, top = outcome.input_ids.tolist(), outcome.top[:, : self.topk]
+        last = {token: row for row, token in enumerate(ids)}
+        rows = torch.tensor(list(last.values()))
+        self.adjacency[torch.tensor(list(last.keys()))] = top[rows]
+
+
+def recycling_decode(
+    model: torch.nn.Module,
+    input_ids: TokenIds,
+    max_new_tokens: int = 64,
+    *,
+    template: TreeTemplate | None = None,
+    topk: int | None = None,
+    proposer: RecyclingProposer | None = None,
+    eos_token_id: EosIds = None,
+    tokenizer: Tokenizer | None = None,
+    do_sample: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    streamer: Streamer | None = None,
+    attention_backend: str = "auto",
+) -> DecodeResult:
+    """Token Recycling; greedy output identical to `greedy_decode`.
+
+    Args:
+        model: a transformers decoder-only model (eager or SDPA attention).
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
+        max_new_tokens: most tokens to generate.
+        template: the static tree (default `TreeTemplate.best_first()`); ignored with `proposer`.
+        topk: k, successors kept per token (default: the template's width); ignored with `proposer`.
+        proposer: a `RecyclingProposer` to use (and, with ``warm=True``, to keep learning across
+            calls); default: a fresh one, cold, for this call.
+        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
+        tokenizer: optional, to decode the text.
+        do_sample, temperature, top_k, top_p, generator: sampling, as in `lookahead_decode`.
+        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+
+    Returns:
+        `DecodeResult` with method "recycling".
+    """
+    vocab = vocab_size(model)
+    if proposer is None:
+        proposer = RecyclingProposer(vocab, template=template, topk=topk)
+    elif not isinstance(proposer, RecyclingProposer):
+        raise TypeError(f"proposer must be a RecyclingProposer, got {type(proposer).__name__}")
+    elif proposer.adjacency.shape[0] != vocab:
+        raise ValueError(f"the proposer's adjacency has {proposer.adjacency.shape[0]} rows, the model's vocabulary {vocab} tokens")
+    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "recycling", proposer.template.depth,
+                                 eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample, temperature=temperature,
+                                 top_k=top_k, top_p=top_p, generator=generator, streamer=streamer,
+                                 attention_backend=attention_backend)

@@ -1,0 +1,76 @@
+"""Draft trees: the trie of drafted paths, its mask and its bookkeeping."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ladref import DraftTree
+
+pytestmark = pytest.mark.task1_5
+
+paths_lists = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=5), max_size=8)
+
+
+def test_shared_prefixes_are_one_node():
+    tree = DraftTree.from_paths([[1, 2, 3], [1, 2, 4], [5], [1, 6]], "pool")
+    assert tree.tokens.tolist() == [1, 2, 3, 4, 5, 6]
+    assert tree.parents.tolist() == [-1, 0, 1, 1, -1, 0]
+    assert tree.depths.tolist() == [1, 2, 3, 3, 1, 2]
+    assert tree.sources == ("pool",) * 6
+    assert tree.children == {-1: [0, 4], 0: [1, 5], 1: [2, 3]}
+
+
+def test_chains_share_nothing():
+    tree = DraftTree.chains([[1, 2], [1, 3]], "pool")
+    assert tree.tokens.tolist() == [1, 2, 1, 3] and tree.parents.tolist() == [-1, 0, -1, 2]
+
+
+@given(paths_lists)
+def test_every_path_is_spelled_once_from_the_root(paths):
+    tree = DraftTree.from_paths(paths, "s")
+    for path in paths:
+        nodes = tree.find_path(path)
+        assert len(nodes) == len(path) and tree.path_tokens(nodes[-1]) == path
+    prefixes = {tuple(p[: i + 1]) for p in paths for i in range(len(p))}
+    assert len(tree) == len(prefixes)  # one node per distinct prefix: a trie
+    assert sorted(tuple(tree.path_tokens(i)) for i in range(len(tree))) == sorted(prefixes)
+
+
+@given(paths_lists)
+def test_ancestor_mask_is_each_nodes_root_path(paths):
+    tree = DraftTree.from_paths(paths, "s")
+    seen = tree.ancestors()
+    assert seen.shape == (len(tree), len(tree))
+    for node in range(len(tree)):
+        assert torch.nonzero(seen[node]).flatten().tolist() == tree.path(node)  # itself and its ancestors, in order
+        assert int(tree.depths[node]) == len(tree.path(node))
+
+
+@given(paths_lists, paths_lists)
+def test_merge_is_the_trie_of_both(first, second):
+    merged = DraftTree.from_paths(first, "a").merge(DraftTree.from_paths(second, "b"))
+    assert merged.tokens.tolist() == DraftTree.from_paths(first + second, "x").tokens.tolist()
+    for node in range(len(merged)):  # a node proposed by both keeps the first tree's source
+        in_first = any(p[: len(merged.path(node))] == merged.path_tokens(node) for p in first)
+        assert merged.sources[node] == ("a" if in_first else "b")
+
+
+def test_select_prune_and_depth_limit_keep_ancestors():
+    tree = DraftTree.from_paths([[1, 2, 3], [4, 5]], "s")
+    assert tree.prune(2).tokens.tolist() == [1, 2]
+    sub = tree.select([0, 3, 4])
+    assert sub.tokens.tolist() == [1, 4, 5] and sub.parents.tolist() == [-1, -1, 1]
+    assert tree.within_depth(1).tokens.tolist() == [1, 4]
+    with pytest.raises(ValueError, match="without its parent"):
+        tree.select([1])
+
+
+def test_bad_trees_are_refused():
+    with pytest.raises(ValueError, match="parent index"):
+        DraftTree(torch.tensor([1, 2]), torch.tensor([1, -1]), ("s", "s"))
+    with pytest.raises(ValueError, match="n sources"):
+        DraftTree(torch.tensor([1]), torch.tensor([-1]), ())
+    with pytest.raises(TypeError, match="integer"):
+        DraftTree(torch.tensor([1.0]), torch.tensor([-1]), ("s",))
+    assert len(DraftTree.empty()) == 0 and DraftTree.empty().ancestors().shape == (0, 0)
