@@ -36,6 +36,7 @@ TASKS: tuple[Task, ...] = (
         "the attention mask builder",
         "ladref/masks.py",
         ("StepLayout.position_offsets", "StepLayout.allowed", "build_step_inputs", "to_additive"),
+        requires=("task1_5",),
     ),
     Task(
         "task1_2",
@@ -43,14 +44,15 @@ TASKS: tuple[Task, ...] = (
         "ladref/ngram_pool.py",
         ("NGramPool.add", "NGramPool.seed_from_tokens", "NGramPool.harvest", "NGramPool.candidates"),
     ),
-    Task("task1_3", "greedy verification", "ladref/verify.py", ("verify_greedy",)),
+    Task("task1_3", "greedy verification of a draft tree", "ladref/verify.py", ("verify_greedy",), requires=("task1_5",)),
     Task(
         "task1_4",
-        "the combined lookahead step",
-        "ladref/lookahead.py",
-        ("LookaheadState.start", "lookahead_step"),
-        requires=("task1_1", "task1_2", "task1_3"),
+        "the combined step",
+        "ladref/step.py",
+        ("draft_step",),
+        requires=("task1_1", "task1_2", "task1_3", "task1_5"),
     ),
+    Task("task1_5", "the draft tree (a trie) and its mask", "ladref/tree.py", ("DraftTree.extend", "DraftTree.ancestors")),
 )
 
 

@@ -200,21 +200,27 @@ class DecodeCall:
     """What one decoding call owns: its validated prompt, model runner (fresh KV cache),
     statistics, token sink, streamer and start time. Nothing outlives the call.
 
+    Every decoder starts with `begin` and ends with `finish`: ladref's own loops, the
+    ``generate(custom_generate=...)`` adapter and the transformers baselines of `ladref.bench.hf`.
+
     Attributes:
         prompt: (L,) prompt ids on the CPU.
-        runner: the model with an empty `DynamicCache` (or the `StaticRunner` a compiled decoder reuses).
+        runner: the model with an empty `DynamicCache` (or the static runner a compiled decoder
+            reuses); None when transformers' own ``generate()`` runs the loop.
         stats: filled by the decoder.
         sink: collects accepted tokens and applies the stopping rules.
         start: `time.perf_counter()` when the call began.
+        device: the model's device.
         streamer: receives the prompt, each kept token, then ``end()`` (or None).
         position_limit: the model's context length (None: unbounded); drafts past it are dropped.
     """
 
     prompt: torch.Tensor
-    runner: Runner
+    runner: Runner | None
     stats: DecodeStats
     sink: TokenSink
     start: float
+    device: torch.device
     streamer: Streamer | None = None
     position_limit: int | None = None
 
@@ -230,31 +236,41 @@ class DecodeCall:
         streamer: Streamer | None = None,
         attention_backend: str = "auto",
         runner: Runner | None = None,
+        *,
+        stop: Callable[[list[int]], bool] | None = None,
+        put_prompt: bool = True,
+        generate_loop: bool = False,
     ) -> "DecodeCall":
         """Start the clock, check the model (once) and the prompt and budget, resolve EOS, make a fresh runner.
 
         Args:
             extent: positions past the last committed token a step may touch (`check_budget`).
-            streamer: optional; gets the prompt now, as transformers' generate() does.
+            streamer: optional; gets the prompt now (unless `put_prompt` is False), as generate() does.
             attention_backend: the runner's SDPA kernel choice (`ladref.kernels.sdpa_backends`).
-            runner: use this runner (a compiled decoder's `StaticRunner`) instead of a new one.
+            runner: use this runner (a compiled decoder's static runner) instead of a new one.
+            stop: an extra stopping rule for the sink (e.g. transformers' stopping criteria).
+            put_prompt: send the prompt to the streamer (False: the caller already did).
+            generate_loop: transformers' ``generate()`` runs the loop: no runner is made.
         """
         start = time.perf_counter()
         if runner is None:
             check_model(model)
         prompt = prompt_ids(model, input_ids)
         check_budget(model, prompt.shape[0], max_new_tokens, extent)
-        sink = TokenSink(max_new_tokens, eos_ids(model, eos_token_id, tokenizer), stream=streamer_callback(streamer))
-        runner = ModelRunner(model, attention_backend, checked=True) if runner is None else runner
-        if streamer is not None:
+        eos = eos_ids(model, eos_token_id, tokenizer)
+        sink = TokenSink(max_new_tokens, eos, stop=stop, stream=streamer_callback(streamer))
+        if runner is None and not generate_loop:
+            runner = ModelRunner(model, attention_backend, checked=True)
+        if streamer is not None and put_prompt:
             streamer.put(prompt[None])
-        return cls(prompt, runner, DecodeStats(), sink, start, streamer, position_limit(model))
+        device = model_param(model).device
+        return cls(prompt, runner, DecodeStats(), sink, start, device, streamer, position_limit(model))
 
     def finish(self, tokenizer: Tokenizer | None, method: str) -> DecodeResult:
         """Close the streamer, stop the clock and package the result."""
         if self.streamer is not None:
             self.streamer.end()
-        sync(self.runner.device)
+        sync(self.device)
         self.stats.wall_time_s = time.perf_counter() - self.start
         tokens = self.sink.tokens
         text = tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None

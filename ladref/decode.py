@@ -46,7 +46,9 @@ def decode_with_proposers(
         method: the result's `DecodeResult.method`.
         extent: positions past the current token a step may touch, checked against the model's
             context before any work (deeper drafts are also dropped step by step).
-        The other arguments are those of `draft_decode`.
+        draft_budget: most draft tokens fed per step; None: all.
+
+    The other arguments are those of `draft_decode`.
     """
     proposers = check_proposers(proposers)
     if draft_budget is not None:
@@ -94,7 +96,9 @@ def draft_decode(
         tokenizer: optional, to decode the text.
         do_sample: sample instead of taking the argmax; the output is distributed exactly as
             ordinary sampling (`ladref.sampling`).
-        temperature, top_k, top_p: the sampling warp (with ``do_sample=True`` only).
+        temperature: sampling temperature (> 0; default 1).
+        top_k: keep the k most likely tokens when sampling (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
         generator: CPU `torch.Generator` making the draws reproducible.
         streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
         attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).

@@ -24,12 +24,10 @@ from collections.abc import Callable
 
 import torch
 
-from .call import TokenSink, check_budget, prompt_ids, streamer_callback
+from .call import DecodeCall, streamer_callback
 from .config import LookaheadConfig
 from .kernels import check_attention_backend
 from .lookahead import LookaheadProposer
-from .results import DecodeStats
-from .runner import ModelRunner
 from .sampling import GreedyChooser, SamplingChooser, Warp, check_generator
 from .step import run_drafting
 from .types import Streamer
@@ -72,14 +70,14 @@ def lookahead_generator(
 
     # The parameters mirror transformers' own `_sample`: generate() treats any other parameter
     # name as a custom keyword argument of the callable.
-    def lookahead_generate(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                           streamer=None, **model_kwargs):
-        return generate_lookahead(self, input_ids, logits_processor, stopping_criteria, generation_config, config,
-                                  generator=generator, synced_gpus=synced_gpus, streamer=streamer or own_streamer,
-                                  put_prompt=streamer is None, model_kwargs=model_kwargs,
-                                  attention_backend=attention_backend)
+    def custom_generate(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                        streamer=None, **model_kwargs):
+        return lookahead_in_generate(self, input_ids, logits_processor, stopping_criteria, generation_config, config,
+                                     generator=generator, synced_gpus=synced_gpus, streamer=streamer or own_streamer,
+                                     put_prompt=streamer is None, model_kwargs=model_kwargs,
+                                     attention_backend=attention_backend)
 
-    return lookahead_generate
+    return custom_generate
 
 
 def check_generate_call(generation_config: object, synced_gpus: bool, model_kwargs: dict) -> None:
@@ -103,7 +101,7 @@ def check_generate_call(generation_config: object, synced_gpus: bool, model_kwar
 
 
 @torch.inference_mode()
-def generate_lookahead(
+def lookahead_in_generate(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     logits_processor: Callable,
@@ -133,33 +131,26 @@ def generate_lookahead(
         (1, L + n) long tensor of prompt + new tokens on `input_ids`' device, or a
         `GenerateDecoderOnlyOutput` holding it when ``return_dict_in_generate=True``.
     """
-    # 1. Refuse what is not supported, then validate the prompt and the length budget.
+    # 1. Refuse what is not supported.
     check_generate_call(generation_config, synced_gpus, model_kwargs or {})
-    prompt = prompt_ids(model, input_ids)
-    max_new_tokens = generation_config.max_length - prompt.shape[0]
-    check_budget(model, prompt.shape[0], max_new_tokens, config.window_size + config.ngram_size)
-    runner = ModelRunner(model, attention_backend)
-    # 2. The chooser: generate's processors, sampled or argmaxed (None: plain greedy verification).
+    head, device = input_ids[0].tolist(), input_ids.device
+    # 2. Stop token by token on generate's stopping criteria (max length and EOS among them).
+
+    def stop(tokens: list[int]) -> bool:
+        return bool(stopping_criteria(torch.tensor([head + tokens], device=device), None).all())
+
+    call = DecodeCall.begin(model, input_ids, generation_config.max_length - len(head), config.step_extent(), [], None,
+                            streamer, attention_backend, stop=stop, put_prompt=put_prompt)
+    # 3. The chooser: generate's processors, sampled or argmaxed (None: plain greedy verification).
     processor = logits_processor if logits_processor is not None and len(logits_processor) else None
     if generation_config.do_sample:
         chooser = SamplingChooser(Warp(), generator, processor)
     else:
         chooser = GreedyChooser(processor) if processor is not None else None
-    # 3. Stop token by token on generate's stopping criteria; stream each kept token.
-    head = prompt.tolist()
-    device = input_ids.device
-
-    def stop(tokens: list[int]) -> bool:
-        return bool(stopping_criteria(torch.tensor([head + tokens], device=device), None).all())
-
-    sink = TokenSink(max_new_tokens, frozenset(), stop=stop, stream=streamer_callback(streamer))
-    if streamer is not None and put_prompt:
-        streamer.put(input_ids.cpu())  # the prompt first, as generate() does
     # 4. Decode, then assemble what generate returns.
-    run_drafting(runner, prompt, [LookaheadProposer(config)], sink, DecodeStats(), chooser)
-    if streamer is not None:
-        streamer.end()
-    sequences = torch.tensor([head + sink.tokens], dtype=torch.long, device=device)
+    run_drafting(call.runner, call.prompt, [LookaheadProposer(config)], call.sink, call.stats, chooser, call.position_limit)
+    result = call.finish(None, "lookahead")
+    sequences = torch.tensor([head + result.token_ids], dtype=torch.long, device=device)
     if generation_config.return_dict_in_generate:
         from transformers.generation import GenerateDecoderOnlyOutput
 

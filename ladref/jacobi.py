@@ -109,7 +109,12 @@ def jacobi_decode(
         block_size: m, guessed tokens per iteration (each pass feeds m + 1 tokens).
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
-        do_sample, temperature, top_k, top_p, generator: sampling, as in `lookahead_decode`.
+        do_sample: sample instead of taking the argmax; the output is distributed exactly as
+            ordinary sampling (`ladref.sampling`).
+        temperature: sampling temperature (> 0; default 1).
+        top_k: keep the k most likely tokens when sampling (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
+        generator: CPU `torch.Generator` making the draws reproducible.
         streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
         attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 

@@ -95,10 +95,18 @@ def prompt_lookup_decode(
         model: a transformers decoder-only model (eager or SDPA attention).
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
         max_new_tokens: most tokens to generate.
-        draft_len, max_ngram, min_ngram, max_matches: the `PromptLookupProposer`'s knobs.
+        draft_len: most tokens copied after a match (`PromptLookupProposer`).
+        max_ngram: longest suffix of the text looked up.
+        min_ngram: shortest suffix looked up.
+        max_matches: most matches whose continuations are drafted (a tree when > 1).
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
-        do_sample, temperature, top_k, top_p, generator: sampling, as in `lookahead_decode`.
+        do_sample: sample instead of taking the argmax; the output is distributed exactly as
+            ordinary sampling (`ladref.sampling`).
+        temperature: sampling temperature (> 0; default 1).
+        top_k: keep the k most likely tokens when sampling (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
+        generator: CPU `torch.Generator` making the draws reproducible.
         streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
         attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 

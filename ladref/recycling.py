@@ -63,7 +63,8 @@ class TreeTemplate:
             size: nodes in the tree.
             topk: k, ranks available (the adjacency matrix's width).
             depth: deepest path.
-            beta, gamma: the assumed acceptance model, in (0, 1).
+            beta: the assumed acceptance of a rank-0 successor, in (0, 1).
+            gamma: the factor each further rank multiplies it by, in (0, 1).
         """
         for name, value, low in (("size", size, 1), ("topk", topk, 1), ("depth", depth, 1)):
             check_int(name, value, low)
@@ -188,7 +189,12 @@ def recycling_decode(
             calls); default: a fresh one, cold, for this call.
         eos_token_id: id(s) to stop at (kept in the output); default: the model's.
         tokenizer: optional, to decode the text.
-        do_sample, temperature, top_k, top_p, generator: sampling, as in `lookahead_decode`.
+        do_sample: sample instead of taking the argmax; the output is distributed exactly as
+            ordinary sampling (`ladref.sampling`).
+        temperature: sampling temperature (> 0; default 1).
+        top_k: keep the k most likely tokens when sampling (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
+        generator: CPU `torch.Generator` making the draws reproducible.
         streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
         attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
 

@@ -100,7 +100,7 @@ def test_compiled_and_static_cache_rows_with_their_set_up_timed_apart():
     by = {(r.prompt_id, r.method): r for r in records}
     for p in ("0", "1"):  # the compiled step is the eager step, padded: same steps, the full width every time
         assert by[(p, "compiled_lookahead 3/3/3")].steps == by[(p, "lookahead 3/3/3")].steps
-        assert by[(p, "compiled_lookahead 3/3/3")].mean_forward_tokens == 12
+        assert by[(p, "compiled_lookahead 3/3/3")].mean_forward_tokens <= 12  # real tokens; the padded step computes 12
         assert by[(p, "compiled_lookahead 3/3/3")].flops >= by[(p, "lookahead 3/3/3")].flops
 
 

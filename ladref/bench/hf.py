@@ -22,11 +22,9 @@ counted as one step per token without a hook: its length cannot be read back exa
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from ..call import check_budget, eos_ids, prompt_ids, streamer_callback, sync
+from ..call import DecodeCall, streamer_callback
 from ..config import check_int
 from ..kernels import attention_scope, sdpa_backends
 from ..results import DecodeResult, DecodeStats
@@ -101,14 +99,11 @@ def run_generate(
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`); "torch" leaves
             transformers' and torch's dispatch alone.
     """
-    start = time.perf_counter()
-    prompt = prompt_ids(model, input_ids)
-    check_budget(model, prompt.shape[0], max_new_tokens, extent)
-    eos = sorted(eos_ids(model, eos_token_id, tokenizer))
-    streamer_callback(streamer)  # validates it
-    device = next(model.parameters()).device
-    kernels = sdpa_backends(attention_backend, device, getattr(model.config, "_attn_implementation", None))
-    ids = prompt[None].to(device)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, generate_loop=True)
+    streamer_callback(streamer)  # validates it; generate() itself puts the prompt and calls end()
+    eos = sorted(call.sink.eos)
+    kernels = sdpa_backends(attention_backend, call.device, getattr(model.config, "_attn_implementation", None))
+    ids = call.prompt[None].to(call.device)
     recorder = None if extra.get("cache_implementation") == "static" else _CallRecorder()
     handle = model.register_forward_pre_hook(recorder, with_kwargs=True) if recorder else None
     try:
@@ -119,20 +114,15 @@ def run_generate(
     finally:
         if handle is not None:
             handle.remove()
-    tokens = out[0, prompt.shape[0]:].tolist()
-    if eos:  # generate stops at the first EOS; drop any padding after it
-        first = next((i for i, t in enumerate(tokens) if t in eos), None)
-        tokens = tokens if first is None else tokens[: first + 1]
+    call.sink.extend(out[0, ids.shape[1]:].tolist())  # stops at the first EOS, as generate does (padding after it dropped)
+    generated = len(call.sink.tokens)
     if recorder is not None:
-        stats = _stats_from_calls(recorder.calls, prompt.shape[0], len(tokens))
+        call.stats = _stats_from_calls(recorder.calls, ids.shape[1], generated)
     else:
-        stats = DecodeStats(prefill_tokens=prompt.shape[0] - 1)
-        for _ in tokens:
-            stats.record(1, 1)
-    sync(device)
-    stats.wall_time_s = time.perf_counter() - start
-    text = tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None
-    return DecodeResult(tokens, text, stats, method)
+        call.stats = DecodeStats(prefill_tokens=ids.shape[1] - 1)
+        for _ in range(generated):
+            call.stats.record(1, 1)
+    return call.finish(tokenizer, method)
 
 
 def generate_decode(

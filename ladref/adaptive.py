@@ -1,0 +1,174 @@
+"""Adaptive decoding: every step feeds only the drafts this machine can afford.
+
+The same tree step as every other decoder (`ladref.step`), with one more step in the loop:
+before the forward pass, `ladref.policy.DraftPolicy` picks which proposed draft nodes to verify
+(from none, a plain greedy step, to all of them) and whether to feed the lookahead window, to
+maximise expected tokens per second under the cost curve measured on this machine
+(`ladref.cost.CostModel`) and the acceptance it has learned so far, per source and depth.
+Greedy output is unchanged: drafts only decide how many tokens a step may accept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .call import DecodeCall, TokenSink, vocab_size
+from .config import LookaheadConfig
+from .cost import CostCache, CostModel
+from .lookahead import LookaheadProposer
+from .policy import DraftPolicy
+from .prompt_lookup import PromptLookupProposer
+from .proposer import Proposer, check_proposers, merged_tree
+from .recycling import RecyclingProposer
+from .results import DecodeResult, DecodeStats
+from .runner import Runner
+from .sampling import Chooser, make_chooser
+from .step import draft_step
+from .types import EosIds, Streamer, TokenIds, Tokenizer
+
+DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
+
+
+def default_proposers(model: torch.nn.Module, window: LookaheadConfig | None = DEFAULT_WINDOW) -> list[Proposer]:
+    """Prompt lookup, the lookahead window and pool (unless `window` is None) and Token Recycling."""
+    sources: list[Proposer] = [PromptLookupProposer()]
+    if window is not None:
+        sources.append(LookaheadProposer(window))
+    return sources + [RecyclingProposer(vocab_size(model))]
+
+
+def run_adaptive(runner: Runner, prompt: torch.Tensor, proposers: Sequence[Proposer], policy: DraftPolicy, sink: TokenSink,
+                 stats: DecodeStats, chooser: Chooser | None = None, position_limit: int | None = None) -> None:
+    """`ladref.step.run_drafting` with a policy choosing each step's drafts and window."""
+    window = next((p.window for p in proposers if getattr(p, "window", None) is not None), None)
+    cells = None if window is None else window.grid.numel() - 1
+    topk = max(getattr(p, "topk", 0) for p in proposers)
+    context = prompt.tolist()
+    for proposer in proposers:
+        proposer.begin(list(context))
+    # 1. Propose: each source's tree, kept apart (the policy learns per source), checked like any
+    #    draft (the first step's before any forward pass).
+    trees = [merged_tree([p], context, runner.vocab_size) for p in proposers]
+    current = runner.prefill(prompt, stats)
+    while True:
+        if position_limit is not None:
+            trees = [tree.within_depth(position_limit - 1 - runner.past_len) for tree in trees]
+        policy.propose(trees)
+        # 2. Choose: the nodes worth their cost at this KV length, and the window or not.
+        tree, feed_window, _ = policy.choose(trees, runner.past_len, cells)
+        outcome = draft_step(runner, current, tree, window if feed_window else None, chooser, context, topk)
+        stats.record_step(sink.extend(outcome.tokens), outcome.fed, outcome.window_tokens, tree, outcome.path)
+        # 3. Learn: the policy checks every proposed tree against the new tokens; the sources learn as usual.
+        policy.observe(outcome.tokens)
+        for proposer in proposers:
+            proposer.learn(outcome)
+        if sink.done:
+            return
+        context.extend(outcome.tokens)
+        current = outcome.tokens[-1]
+        trees = [merged_tree([p], context, runner.vocab_size) for p in proposers]  # 1. propose
+
+
+class AdaptiveDecoder:
+    """Adaptive decoding on one model, its cost curve measured once and its acceptance learned as it goes.
+
+    Args:
+        model: a transformers decoder-only model (eager or SDPA attention).
+        cost: the step-cost curve; default: measured now on this model (`CostCache.get`).
+        cache: where to look for (and keep) a measured curve; ignored when `cost` is given.
+        proposers: the draft sources; default `default_proposers(model, window)`.
+        window: the lookahead window and pool of the default proposers (None: no window).
+        runner: a runner to reuse across calls (e.g. a compiled static runner); default a fresh
+            `ModelRunner` per call. Its ``widths``, when it has them, are the only step widths used.
+        keep_learning: keep the learned acceptance across calls (False: each call starts afresh).
+        attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).
+
+    Attributes:
+        policy: the `DraftPolicy` of the last call (its rates show what it learned).
+    """
+
+    def __init__(self, model: torch.nn.Module, *, cost: CostModel | None = None, cache: CostCache | None = None,
+                 proposers: Sequence[Proposer] | None = None, window: LookaheadConfig | None = DEFAULT_WINDOW,
+                 runner: Runner | None = None, keep_learning: bool = False, attention_backend: str = "auto") -> None:
+        if cost is not None and not isinstance(cost, CostModel):
+            raise TypeError(f"cost must be a CostModel, got {type(cost).__name__}")
+        self.model, self.runner, self.attention_backend = model, runner, attention_backend
+        self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
+        if cost is None:
+            cost = (cache or CostCache()).get(model, runner, attention_backend=attention_backend)
+        self.cost, self.keep_learning = cost, keep_learning
+        self.widths = getattr(runner, "widths", None)
+        self.policy = DraftPolicy(cost, self.widths)
+
+    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, *, eos_token_id: EosIds = None,
+                 tokenizer: Tokenizer | None = None, do_sample: bool = False, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
+                 streamer: Streamer | None = None) -> DecodeResult:
+        """Decode one prompt (arguments as `adaptive_decode`)."""
+        chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
+        if not self.keep_learning:
+            self.policy = DraftPolicy(self.cost, self.widths)
+        extent = max([16] + [p.window.grid.shape[0] + p.window.grid.shape[1] + 1 for p in self.proposers
+                             if getattr(p, "window", None) is not None])
+        call = DecodeCall.begin(self.model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer,
+                                self.attention_backend, self.runner)
+        with torch.inference_mode():
+            run_adaptive(call.runner, call.prompt, self.proposers, self.policy, call.sink, call.stats, chooser,
+                         call.position_limit)
+        return call.finish(tokenizer, "adaptive")
+
+
+def adaptive_decode(
+    model: torch.nn.Module,
+    input_ids: TokenIds,
+    max_new_tokens: int = 64,
+    *,
+    cost: CostModel | None = None,
+    cache: CostCache | None = None,
+    proposers: Sequence[Proposer] | None = None,
+    window: LookaheadConfig | None = DEFAULT_WINDOW,
+    eos_token_id: EosIds = None,
+    tokenizer: Tokenizer | None = None,
+    do_sample: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    streamer: Streamer | None = None,
+    attention_backend: str = "auto",
+) -> DecodeResult:
+    """Decoding that drafts only what this machine can afford; greedy output identical to `greedy_decode`.
+
+    Each step proposes drafts from every source (prompt lookup, the lookahead window's n-gram pool,
+    Token Recycling), then feeds the subset, and the window or not, that maximises expected tokens
+    per second under the measured cost curve and the acceptance learned so far (`DraftPolicy`).
+
+    Args:
+        model: a transformers decoder-only model (eager or SDPA attention).
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
+        max_new_tokens: most tokens to generate.
+        cost: the step-cost curve of this machine; default: measured on this call (seconds: pass
+            one, or a `CostCache`, or use `AdaptiveDecoder`, when decoding more than once).
+        cache: a `ladref.cost.CostCache` to take the curve from (measured once per model).
+        proposers: the draft sources; default `default_proposers(model, window)`.
+        window: the lookahead window and pool of the default proposers (None: no window).
+        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
+        tokenizer: optional, to decode the text.
+        do_sample: sample instead of taking the argmax; the output is distributed exactly as
+            ordinary sampling (`ladref.sampling`).
+        temperature: sampling temperature (> 0; default 1).
+        top_k: keep the k most likely tokens when sampling (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
+        generator: CPU `torch.Generator` making the draws reproducible.
+        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
+        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+
+    Returns:
+        `DecodeResult` with method "adaptive".
+    """
+    decoder = AdaptiveDecoder(model, cost=cost, cache=cache, proposers=proposers, window=window,
+                              attention_backend=attention_backend)
+    return decoder(input_ids, max_new_tokens, eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample,
+                   temperature=temperature, top_k=top_k, top_p=top_p, generator=generator, streamer=streamer)
