@@ -19,6 +19,7 @@ range of its measurements.
 
 Measuring once per model, device, dtype, thread count and runner is the job of `CostCache`, an
 object the caller holds and passes around (no module-level state), optionally kept in a JSON file.
+docs/cost_model.md shows the curve of a CPU.
 """
 
 from __future__ import annotations
@@ -255,7 +256,8 @@ def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_leng
 
 def _timed_step(runner, device: torch.device, length: int, ids: torch.Tensor) -> float:
     """Roll the cache back to `length` tokens, then time one forward pass over `ids`."""
-    runner.commit(length - 1, torch.tensor([0]))  # keep length-1 entries plus entry length-1: one kept token, as every runner takes
+    # keep the first length-1 entries plus entry length-1 itself: a one-token commit, which every runner takes
+    runner.commit(length - 1, torch.tensor([0]))
     allowed = torch.ones(ids.shape[0], ids.shape[0], dtype=torch.bool).tril_()  # (q, q) causal
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -286,8 +288,8 @@ def describe(model: torch.nn.Module, runner) -> str:
         details.append("sdpa=" + ("+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default"))
     if hasattr(runner, "compile_mode"):
         details.append(f"compile_mode={runner.compile_mode}")
-    kind = f"{type(runner).__name__}({', '.join(details)})"
-    return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {param.device} {str(param.dtype).removeprefix('torch.')}{threads}, {kind}"
+    kind, dtype = f"{type(runner).__name__}({', '.join(details)})", str(param.dtype).removeprefix("torch.")
+    return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {param.device} {dtype}{threads}, {kind}"
 
 
 class CostCache:
