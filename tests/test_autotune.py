@@ -53,8 +53,9 @@ def test_every_timed_pass_has_a_shape_decoding_has_not_warmed():
         measure_forward_cost(model, (1, 4, 8), context=20, repeats=3)
     finally:
         handle.remove()
-    timed = [shape for shape in shapes if shape[0] in (1, 4, 8)]  # not the prefills nor the one-time warm-up pass
-    assert len(timed) == 9 and len(set(timed)) == 9 and (3, 20) in shapes
+    steps = [shape for shape in shapes if shape[0] in (1, 4, 8)]  # not the prefill
+    assert shapes[0] == (23, 0) and len(steps) == 12 and len(set(steps)) == 12  # 9 timed + 1 warm-up per width
+    assert {past for _, past in steps} == {20, 21, 22, 23}  # timed at 20..22, warmed up at 23
 
 
 def test_forward_cost_and_recommendation_on_a_tiny_model():

@@ -3,7 +3,7 @@
 A lookahead step feeds q = (N-1)(W+g) tokens and yields S tokens on average, so its speedup over
 greedy is predicted as ``S * t(1) / t(q)`` with t(q) the time of a q-token forward pass (flat
 while the hardware is underused, as on a GPU, then growing about linearly, as on a CPU).
-`recommend` measures t(q) for a few block sizes and, for a few candidate configs, S and the
+`recommend` measures t(q) (`ladref.cost.CostModel`) for a few block sizes and, for a few candidate configs, S and the
 wall-clock time of real decoding with greedy interleaved on the same prompts; it recommends the
 config *measured* fastest among those faster than greedy, and greedy decoding (``config=None``)
 when none was.
@@ -16,17 +16,15 @@ on measured decoding time, not on the prediction.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ..call import sync
 from ..config import LookaheadConfig, check_int
+from ..cost import CostModel
 from ..greedy import greedy_decode
 from ..lookahead import lookahead_decode
-from ..runner import ModelRunner
 
 DEFAULT_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 # candidates per device type: small windows where wide steps cost more (CPU), wide ones where
@@ -43,15 +41,14 @@ def default_configs(device: torch.device) -> tuple[LookaheadConfig, ...]:
     return DEFAULT_CONFIGS.get(device.type, DEFAULT_CONFIGS["cpu"])
 
 
-@torch.inference_mode()
 def measure_forward_cost(model: torch.nn.Module, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
                          context: int = 256, repeats: int = 5, attention_backend: str = "auto") -> dict[int, float]:
-    """t(q): fastest of `repeats` forward passes over q new tokens after about `context` cached ones, in seconds.
+    """t(q): median of `repeats` forward passes over q new tokens after about `context` cached ones, in seconds.
 
-    Each pass runs on a cache length no other pass used (context, context - 1, ...), so its
-    (q, past + q) shape is new, as every decoding step's is. The minimum, not the mean: on a
-    shared machine other work only ever adds time. One untimed pass first absorbs one-time costs
-    (CUDA context, kernel loading).
+    `ladref.cost.CostModel.measure` at one KV length (the one way ladref times a step): each pass
+    runs on a cache length no other pass of its width used (context, context + 1, ...), so its
+    (q, past + q) shape is new, as every decoding step's is; an untimed pass per width first
+    absorbs one-time costs (CUDA context, kernel loading).
 
     Returns:
         {q: seconds} for each block size.
@@ -61,27 +58,17 @@ def measure_forward_cost(model: torch.nn.Module, block_sizes: Sequence[int] = DE
     for q in block_sizes:
         check_int("each block size q", q, 1)
     check_int("repeats", repeats, 1)
-    check_int("context", context, repeats)
-    vocab = model.get_input_embeddings().num_embeddings
-    costs = {}
-    for index, q in enumerate(sorted(set(block_sizes))):
-        runner = ModelRunner(model, attention_backend)
-        runner.forward(torch.arange(context) % vocab, keep=torch.tensor([0]))  # untimed, refilled for every q
-        if index == 0:
-            runner.forward(torch.arange(3) % vocab)  # one-time costs, on a shape no timing uses
-        ids, times = torch.arange(q) % vocab, []
-        for r in range(repeats):
-            runner.commit(context - r, torch.arange(0))  # roll back to a length this q has not run on
-            start = time.perf_counter()
-            runner.forward(ids)
-            sync(runner.device)
-            times.append(time.perf_counter() - start)
-        costs[q] = min(times)
-    return costs
+    check_int("context", context, 1)
+    cost = CostModel.measure(model, sorted(set(block_sizes) | {1}), (context,), repeats, attention_backend=attention_backend)
+    return {q: t for q, t in cost.times().items() if q in block_sizes}
 
 
 def interpolate_cost(costs: dict[int, float], q: float) -> float:
-    """t(q) by linear interpolation between measured block sizes (linear extrapolation outside)."""
+    """t(q) by linear interpolation between measured block sizes (linear extrapolation outside).
+
+    A rule of thumb for a few measured points; `ladref.cost.CostModel` is the cost model decoding
+    uses (it refuses widths it has not measured rather than extrapolate).
+    """
     if not costs:
         raise ValueError("no forward costs measured")
     sizes = sorted(costs)
@@ -123,7 +110,7 @@ class Recommendation:
 
     Attributes:
         config: the recommended config, or None when greedy decoding is the fastest measured.
-        forward_cost: {q: seconds} measured by `measure_forward_cost`.
+        forward_cost: {q: seconds} at the prompts' context length (`ladref.cost.CostModel.times`).
         rows: every candidate's measurements.
         reason: one sentence saying why.
     """
@@ -135,7 +122,7 @@ class Recommendation:
 
 
 def measure_configs(model: torch.nn.Module, prompts: Sequence[torch.Tensor], configs: Sequence[LookaheadConfig],
-                    costs: dict[int, float], max_new_tokens: int = 64, attention_backend: str = "auto",
+                    cost: CostModel, max_new_tokens: int = 64, attention_backend: str = "auto",
                     progress: Progress | None = None) -> list[TuneRow]:
     """Measure S and wall time of each config, greedy interleaved on every prompt."""
     greedy_wall = {c: 0.0 for c in configs}
@@ -159,7 +146,7 @@ def measure_configs(model: torch.nn.Module, prompts: Sequence[torch.Tensor], con
     for config in configs:
         tokens, steps, fed, wall, match = totals[config]
         s, q = tokens / steps, fed / steps
-        predicted = s * interpolate_cost(costs, 1) / interpolate_cost(costs, q)
+        predicted = s / cost.relative(q)
         rows.append(TuneRow(config, s, q, predicted, greedy_wall[config] / wall, match))
     return rows
 
@@ -194,7 +181,7 @@ def recommend(model: torch.nn.Module, prompts: Sequence[torch.Tensor], configs: 
         prompts: tuning prompts, (L,) or (1, L) id tensors (a few suffice).
         configs: candidate `LookaheadConfig`s; default `default_configs` of the model's device.
         max_new_tokens: tokens per prompt and config.
-        block_sizes: q values of the forward-cost curve.
+        block_sizes: q values of the forward-cost curve (1 and the widest candidate's step are added).
         context: cached tokens while timing the forward pass; default mean prompt length + max_new_tokens // 2.
         attention_backend: SDPA kernel choice of every pass (`ladref.kernels.sdpa_backends`).
         progress: called with a one-line message after each measurement (e.g. ``print``).
@@ -210,9 +197,11 @@ def recommend(model: torch.nn.Module, prompts: Sequence[torch.Tensor], configs: 
         raise TypeError("configs must be a non-empty sequence of LookaheadConfig")
     if context is None:
         context = int(sum(torch.as_tensor(p).numel() for p in prompts) / len(prompts)) + max_new_tokens // 2
-    costs = measure_forward_cost(model, block_sizes, max(context, 5), attention_backend=attention_backend)
+    configs = list(dict.fromkeys(configs))
+    widest = max(c.max_step_tokens() for c in configs)  # the cost model refuses widths it has not measured
+    cost = CostModel.measure(model, sorted(set(block_sizes) | {1, widest}), (max(context, 1),), attention_backend=attention_backend)
     if progress is not None:
-        progress("forward cost t(q), ms: " + ", ".join(f"{q}: {1e3 * t:.1f}" for q, t in costs.items()))
-    rows = measure_configs(model, prompts, list(dict.fromkeys(configs)), costs, max_new_tokens, attention_backend, progress)
+        progress("forward cost t(q), ms: " + ", ".join(f"{q}: {1e3 * t:.1f}" for q, t in cost.times().items()))
+    rows = measure_configs(model, prompts, configs, cost, max_new_tokens, attention_backend, progress)
     config, reason = choose_config(rows, exact=param.dtype in (torch.float32, torch.float64))
-    return Recommendation(config, costs, tuple(rows), reason)
+    return Recommendation(config, cost.times(), tuple(rows), reason)

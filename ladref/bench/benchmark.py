@@ -7,9 +7,10 @@ Examples::
         --config 15/5/15 --config 7/5/7 --autotune --max-new-tokens 256 --dtype float16 --out benchmarks/results_gpu
     python -m ladref bench --dataset math --limit 30 --agreement --dtype bfloat16   # outputs vs generate / greedy
     python -m ladref bench --dataset math --limit 3 --scaling                      # the scaling-law sweep and figure
+    python -m ladref bench --cost --threads 2                                      # the step-cost curve t(q, kv)
 
 The library functions live in `ladref.bench.measure` (measuring), `ladref.bench.report`
-(tables, files), `ladref.bench.agreement`, `ladref.bench.autotune` and `ladref.bench.scaling`;
+(tables, files), `ladref.bench.agreement`, `ladref.bench.autotune`, `ladref.bench.scaling` and `ladref.bench.cost`;
 this module only parses, prints and saves.
 """
 
@@ -28,6 +29,8 @@ import transformers
 
 from ..config import LookaheadConfig
 from ..kernels import ATTENTION_BACKENDS
+from .cost import add_arguments as add_cost_arguments
+from .cost import run_cost
 from .datasets import DATASETS, encode_prompts, load_prompts
 from .measure import BenchSettings, run_bench
 from .methods import METHODS, config_label
@@ -78,7 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--autotune", action="store_true", help="add the auto-tuned (W, N, G), tuned on prompts outside the benchmarked ones")
     add("--agreement", action="store_true", help="compare outputs (greedy vs generate, jacobi / lookahead vs greedy) instead")
     add("--scaling", action="store_true", help="run the scaling-law sweep (W in 1..16, N in 3,5,7, G=W) instead")
-    add("--figure", default="docs/img/scaling_law.png", help="where --scaling saves its figure")
+    add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.cost)")
+    add_cost_arguments(parser)
+    add("--figure", default=None, help="where --scaling / --cost save their figure "
+        "(default docs/img/scaling_law.png / <out>/cost_<device>.png)")
 
 
 def _machine(device: torch.device) -> str:
@@ -120,7 +126,7 @@ def _scaling(model, ids, args, dataset: str) -> None:
     points = scaling_sweep(model, ids, max_new_tokens=args.max_new_tokens, on_point=show)
     for fit in fit_log_linear(points).values():
         print(f"N={fit.ngram}: S = {fit.intercept:.2f} + {fit.slope:.3f} * log2(step tokens), r2={fit.r2:.2f}")
-    path = plot_scaling(points, args.figure, f"Lookahead scaling law, SmolLM2-135M, {dataset} ({len(ids)} prompts)")
+    path = plot_scaling(points, args.figure or "docs/img/scaling_law.png", f"Lookahead scaling law, SmolLM2-135M, {dataset} ({len(ids)} prompts)")
     out = Path(args.out) / f"scaling_{dataset}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"command": "python -m ladref " + " ".join(sys.argv[1:]), "points": [asdict(p) for p in points]}
@@ -205,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
     meta = {"command": "python -m ladref " + " ".join(sys.argv[1:]), "device": str(device), "machine": _machine(device),
             "dtype": str(model.dtype).removeprefix("torch."), "torch": torch.__version__,
             "transformers": transformers.__version__, "autotune": None}
+    if args.cost:
+        return run_cost(model, args, meta)
     if args.agreement:
         _agreement(model, datasets, tokenizer, settings, args, meta)
         return 0

@@ -1,0 +1,341 @@
+"""The cost model: t(q, kv), the time of one decoding step that feeds q tokens over kv cached ones.
+
+A plain greedy step feeds 1 token and yields 1. A step that feeds q tokens (the current token plus
+a draft: a lookahead window, n-gram candidates, a tree) costs t(q) and yields the tokens it
+accepts, so it beats greedy only if it yields more than t(q) / t(1) tokens: its draft must carry
+more than t(q) / t(1) - 1 accepted tokens. On a GPU t(q) is about flat for q up to hundreds (a
+step is bound by reading the weights and launching kernels), so almost any draft pays; on a CPU
+t(q) jumps at q = 2 (matrix-vector products become small matrix products), so only a draft that
+is likely to be accepted does. `relative` gives that ratio, `time` the seconds.
+
+`CostModel` is the table measured: t at each width q (`widths`, starting at 1) and KV length
+(`kv_lengths`), the median of a few timed passes. Between measured points it interpolates
+linearly (in q, then in kv). It refuses a q beyond the widest step measured (the curve can bend
+there: measure the widths you will feed), and beyond the KV lengths measured it uses the nearest
+length's times (no extrapolation of noisy differences: measure lengths spanning your decoding,
+prompt to prompt + max_new_tokens). A table, not a fitted line a(q) + b(q) kv, because it is what
+was measured: a fit through three noisy CPU timings can tilt either way, a table never leaves the
+range of its measurements.
+
+Measuring once per model, device, dtype, thread count and runner is the job of `CostCache`, an
+object the caller holds and passes around (no module-level state), optionally kept in a JSON file.
+docs/cost_model.md shows the curve of a CPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import numbers
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import check_int
+from .results import DecodeStats
+from .runner import ModelRunner
+
+CPU_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+GPU_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256)
+DEFAULT_KV_LENGTHS = (128, 512, 1024)
+FORMAT = "ladref.cost/1"
+Progress = Callable[[int, int], None]  # (passes done, passes in all)
+
+
+def default_widths(device: torch.device) -> tuple[int, ...]:
+    """Widths to measure: up to 64 on a CPU (where a step that wide already costs several greedy steps), up to 256 elsewhere."""
+    return CPU_WIDTHS if device.type == "cpu" else GPU_WIDTHS
+
+
+def _check_axis(name: str, values: Sequence[int], low: int) -> tuple[int, ...]:
+    values = tuple(values)
+    if not values:
+        raise ValueError(f"the cost curve is empty: no {name}")
+    for value in values:
+        check_int(f"each of {name}", value, low)
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise ValueError(f"{name} must be strictly increasing (sorted, no duplicates), got {values}")
+    if name == "widths" and values[0] != 1:
+        raise ValueError(f"widths must start at 1 (t(1), a greedy step, is the unit of relative cost), got {values}")
+    return values
+
+
+def _between(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """ys at x, linear between the sorted points xs, the end values outside them."""
+    j = bisect.bisect_left(xs, x)
+    if j == 0 or j == len(xs):
+        return ys[min(j, len(xs) - 1)]
+    w = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+    return ys[j - 1] + w * (ys[j] - ys[j - 1])
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Measured step times t(q, kv), in seconds.
+
+    Attributes:
+        widths: the step widths q measured, strictly increasing, starting at 1.
+        kv_lengths: the KV-cache lengths measured, strictly increasing.
+        seconds: seconds[i][j] = t(widths[j], kv_lengths[i]): one row per KV length.
+        label: what was measured (model, device, dtype, threads, runner), for people.
+
+    Raises:
+        ValueError: an empty curve, unsorted or duplicate widths / lengths, a time that is not
+            positive and finite, or a table whose shape does not match the axes.
+    """
+
+    widths: tuple[int, ...]
+    kv_lengths: tuple[int, ...]
+    seconds: tuple[tuple[float, ...], ...]
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        widths, kv = _check_axis("widths", self.widths, 1), _check_axis("kv_lengths", self.kv_lengths, 0)
+        rows = tuple(tuple(row) for row in self.seconds)
+        if len(rows) != len(kv) or any(len(row) != len(widths) for row in rows):
+            raise ValueError(f"seconds must hold {len(kv)} rows (one per KV length) of {len(widths)} times "
+                             f"(one per width), got {[len(row) for row in rows]}")
+        for length, row in zip(kv, rows):
+            for q, t in zip(widths, row):
+                if isinstance(t, bool) or not isinstance(t, numbers.Real) or not (math.isfinite(t) and t > 0):
+                    raise ValueError(f"t(q={q}, kv={length}) = {t!r}: every time must be a positive, finite number of seconds")
+        object.__setattr__(self, "widths", widths)
+        object.__setattr__(self, "kv_lengths", kv)
+        object.__setattr__(self, "seconds", tuple(tuple(float(t) for t in row) for row in rows))
+
+    @property
+    def max_width(self) -> int:
+        """The widest step measured: `time` refuses wider ones."""
+        return self.widths[-1]
+
+    def times(self, kv: float | None = None) -> dict[int, float]:
+        """{q: t(q, kv)} at the measured widths (kv may be omitted when one KV length was measured)."""
+        if kv is None:
+            if len(self.kv_lengths) > 1:
+                raise ValueError(f"this cost model was measured at KV lengths {self.kv_lengths}: pass kv=")
+            return dict(zip(self.widths, self.seconds[0]))
+        if isinstance(kv, bool) or not isinstance(kv, numbers.Real) or not kv >= 0:
+            raise ValueError(f"kv (cached tokens) must be a number >= 0, got {kv!r}")
+        return {q: _between(self.kv_lengths, column, kv) for q, column in zip(self.widths, zip(*self.seconds))}
+
+    def time(self, q: float, kv: float | None = None) -> float:
+        """t(q, kv): seconds of one step feeding q tokens over kv cached tokens.
+
+        Args:
+            q: tokens fed, 1 <= q <= `max_width` (a fraction, e.g. a mean width, interpolates).
+            kv: tokens in the KV cache; may be omitted when one KV length was measured.
+
+        Raises:
+            ValueError: q outside [1, max_width], kv negative, or kv omitted with several lengths.
+        """
+        if isinstance(q, bool) or not isinstance(q, numbers.Real) or not 1 <= q <= self.max_width:
+            raise ValueError(f"q={q!r} is outside the widths measured, 1..{self.max_width}; "
+                             "measure the widths you will feed (CostModel.measure(widths=...))")
+        row = self.times(kv)
+        return _between(self.widths, [row[w] for w in self.widths], q)
+
+    def relative(self, q: float, kv: float | None = None) -> float:
+        """t(q, kv) / t(1, kv): the tokens a q-token step must yield to match greedy decoding."""
+        return self.time(q, kv) / self.time(1, kv)
+
+    def tokens_per_second(self, tokens: float, q: float, kv: float | None = None) -> float:
+        """tokens / t(q, kv): the rate of a step that feeds q tokens and yields `tokens` on average."""
+        return tokens / self.time(q, kv)
+
+    @classmethod
+    def from_times(cls, times: Mapping[int, float], kv_length: int = 0, label: str = "") -> CostModel:
+        """A curve at one KV length from {q: seconds} (q = 1 included)."""
+        widths = tuple(sorted(times))
+        return cls(widths, (kv_length,), (tuple(times[q] for q in widths),), label)
+
+    @classmethod
+    def from_ratios(cls, ratios: Mapping[int, float], step_s: float = 0.05, label: str = "") -> CostModel:
+        """A synthetic curve t(q) = ratios[q] * step_s, e.g. ``{1: 1.0, 2: 2.1, 64: 3.7}``."""
+        return cls.from_times({q: r * step_s for q, r in ratios.items()}, label=label or "synthetic")
+
+    @classmethod
+    def flat(cls, max_width: int = 256, step_s: float = 0.01) -> CostModel:
+        """A GPU-shaped synthetic curve: every width 1..max_width costs the same."""
+        check_int("max_width", max_width, 1)
+        widths = sorted({2**k for k in range(max_width.bit_length()) if 2**k <= max_width} | {max_width})
+        return cls.from_ratios({q: 1.0 for q in widths}, step_s, label=f"flat to {max_width} (synthetic)")
+
+    @classmethod
+    def measure(cls, model: torch.nn.Module, widths: Sequence[int] | None = None,
+                kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 5, runner=None,
+                attention_backend: str = "auto", progress: Progress | None = None) -> CostModel:
+        """Time real decoding steps through a runner (see `measure_steps`).
+
+        Args:
+            model: the transformers causal LM.
+            widths: q values to time, from 1; default `default_widths` of the model's device.
+            kv_lengths: KV lengths to time at, each >= 1.
+            repeats: timed passes per (q, kv); the median is kept.
+            runner: a runner with an empty cache (``ModelRunner``, ``StaticRunner``, anything with
+                ``prefill`` / ``forward`` / ``commit`` / ``past_len``); default a new ``ModelRunner``.
+            attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).
+            progress: called after every pass with (passes done, passes in all).
+        """
+        device = next(model.parameters()).device
+        widths = _check_axis("widths", default_widths(device) if widths is None else widths, 1)
+        kv_lengths = _check_axis("kv_lengths", kv_lengths, 1)
+        check_int("repeats", repeats, 1)
+        runner = ModelRunner(model, attention_backend) if runner is None else runner
+        seconds = measure_steps(model, runner, widths, kv_lengths, repeats, progress)
+        return cls(widths, kv_lengths, seconds, describe(model, runner))
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (`from_dict` reads it back)."""
+        return {"format": FORMAT, "label": self.label, "widths": list(self.widths), "kv_lengths": list(self.kv_lengths),
+                "seconds": [list(row) for row in self.seconds]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> CostModel:
+        """The inverse of `to_dict` (a "meta" entry, free provenance, is accepted and ignored)."""
+        unknown = set(data) - {"format", "label", "widths", "kv_lengths", "seconds", "meta"}
+        missing = {"widths", "kv_lengths", "seconds"} - set(data)
+        if unknown or missing or data.get("format", FORMAT) != FORMAT:
+            raise ValueError(f"not a {FORMAT} cost model: unknown keys {sorted(unknown)}, missing {sorted(missing)}, "
+                             f"format {data.get('format')!r}")
+        return cls(data["widths"], data["kv_lengths"], data["seconds"], data.get("label", ""))
+
+    def save(self, path: str | Path, meta: Mapping | None = None) -> Path:
+        """Write the model as JSON to `path` (folders created), with optional provenance `meta`."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(self.to_dict(), **({"meta": dict(meta)} if meta else {})), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostModel:
+        """Read a model written by `save`."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int,
+                  progress: Progress | None = None) -> list[list[float]]:
+    """seconds[i][j]: median of `repeats` timed steps of width widths[j] at about kv_lengths[i] cached tokens.
+
+    As decoding pays them: the runner's own forward pass with a (q, q) causal mask sent the way a
+    draft's mask is, every logit kept, fresh positions. The cache is prefilled once with
+    ``top = max(kv_lengths) + repeats`` tokens; one untimed pass per width at length ``top`` absorbs
+    one-time costs (kernel loading, a compile); then the r-th timed pass of (q, kv) runs at length
+    kv + r, each shape (q, length) once, so a kernel that plans per shape pays as a decoding step
+    does. Between passes the cache is rolled back with ``runner.commit`` (longest first: a rollback
+    only cuts), all widths interleaved at each length. CUDA is synchronized around each timing.
+    The runner's cache must be empty before and is empty after.
+    """
+    if runner.past_len != 0:
+        raise ValueError(f"measuring needs a runner with an empty cache, this one holds {runner.past_len} tokens")
+    top = max(kv_lengths) + repeats
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and top + max(widths) > limit:
+        raise ValueError(f"a KV length of {max(kv_lengths)} plus {repeats} repeats and a {max(widths)}-token step "
+                         f"exceeds the model's {limit} positions (max_position_embeddings)")
+    device, vocab = next(model.parameters()).device, model.get_input_embeddings().num_embeddings
+    runner.prefill(torch.arange(top + 1) % vocab, DecodeStats())  # caches `top` tokens
+    plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
+    samples = [[[] for _ in widths] for _ in kv_lengths]
+    done, total = 0, len(plan) * len(widths)
+    for length, row in plan:
+        for j, q in enumerate(widths):
+            seconds = _timed_step(runner, device, length, torch.arange(q) % vocab)
+            if row is not None:
+                samples[row][j].append(seconds)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    _empty(runner)
+    return [[statistics.median(times) for times in row] for row in samples]
+
+
+def _timed_step(runner, device: torch.device, length: int, ids: torch.Tensor) -> float:
+    """Roll the cache back to `length` tokens, then time one forward pass over `ids`."""
+    # keep the first length-1 entries plus entry length-1 itself: a one-token commit, which every runner takes
+    runner.commit(length - 1, torch.tensor([0]))
+    allowed = torch.ones(ids.shape[0], ids.shape[0], dtype=torch.bool).tril_()  # (q, q) causal
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    runner.forward(ids, allowed=allowed)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _empty(runner) -> None:
+    """Forget the cache: a static cache's `reset`, else a commit that keeps nothing."""
+    if hasattr(runner, "reset"):
+        runner.reset()
+    else:
+        runner.commit(0, torch.zeros(0, dtype=torch.long))
+
+
+def describe(model: torch.nn.Module, runner) -> str:
+    """What a measurement depends on: model, parameters, device, dtype, CPU threads, runner and its kernels."""
+    config, param = model.config, next(model.parameters())
+    name = getattr(config, "name_or_path", "") or type(model).__name__
+    name = Path(name).name if Path(name).is_dir() else name  # a local folder: its name, not this machine's path
+    params = sum(p.numel() for p in model.parameters())
+    threads = f", {torch.get_num_threads()} torch threads" if param.device.type == "cpu" else ""
+    details = []
+    if hasattr(runner, "kernels"):
+        details.append("sdpa=" + ("+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default"))
+    if hasattr(runner, "compile_mode"):
+        details.append(f"compile_mode={runner.compile_mode}")
+    kind, dtype = f"{type(runner).__name__}({', '.join(details)})", str(param.dtype).removeprefix("torch.")
+    return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {param.device} {dtype}{threads}, {kind}"
+
+
+class CostCache:
+    """The cost models measured so far, keyed by `describe` plus the widths and KV lengths measured.
+
+    The caller holds the cache (one per session, passed to whatever decodes) so nothing is
+    measured twice and nothing hides in module state. Given a `path`, it starts from that JSON
+    file and rewrites it after each new measurement, so a later process measures nothing; the
+    file belongs to the machine that measured it.
+
+    Args:
+        path: an optional JSON file (read if it exists).
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = None if path is None else Path(path)
+        self.models: dict[str, CostModel] = {}
+        if self.path is not None and self.path.exists():
+            data = json.loads(self.path.read_text())
+            if data.get("format") != FORMAT + " cache":
+                raise ValueError(f"{self.path} is not a {FORMAT} cache file")
+            self.models = {key: CostModel.from_dict(model) for key, model in data["models"].items()}
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def get(self, model: torch.nn.Module, runner=None, *, widths: Sequence[int] | None = None,
+            kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 5, attention_backend: str = "auto",
+            progress: Progress | None = None) -> CostModel:
+        """The cached model for this (model, device, dtype, threads, runner, widths, KV lengths), measured if new.
+
+        Arguments as `CostModel.measure`.
+        """
+        runner = ModelRunner(model, attention_backend) if runner is None else runner
+        widths = default_widths(next(model.parameters()).device) if widths is None else tuple(widths)
+        key = f"{describe(model, runner)} | widths {list(widths)} | kv {list(kv_lengths)}"
+        if key not in self.models:
+            self.models[key] = CostModel.measure(model, widths, kv_lengths, repeats, runner, progress=progress)
+            if self.path is not None:
+                self.save(self.path)
+        return self.models[key]
+
+    def save(self, path: str | Path) -> Path:
+        """Write every model to a JSON file (folders created)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        models = {key: model.to_dict() for key, model in self.models.items()}
+        path.write_text(json.dumps({"format": FORMAT + " cache", "models": models}, indent=1) + "\n")
+        return path
