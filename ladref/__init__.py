@@ -22,8 +22,10 @@ What you run rather than read (benchmarks, auto-tuning, FLOPs, datasets, the dem
 lookup baseline) lives in `ladref.bench`; the core never imports it.
 """
 
+from .adaptive import AdaptiveDecoder, adaptive_decode
 from .compiled import CompiledDecoder
 from .config import LookaheadConfig
+from .cost import CostCache, CostModel
 from .decode import draft_decode
 from .generate import lookahead_generator
 from .greedy import greedy_decode
@@ -39,7 +41,10 @@ from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 __all__ = [
+    "AdaptiveDecoder",
     "CompiledDecoder",
+    "CostCache",
+    "CostModel",
     "DecodeResult",
     "DecodeStats",
     "DraftTree",
@@ -56,6 +61,7 @@ __all__ = [
     "TokenIds",
     "Tokenizer",
     "TreeTemplate",
+    "adaptive_decode",
     "chat_ids",
     "default_device",
     "draft_decode",

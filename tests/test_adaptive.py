@@ -1,0 +1,94 @@
+"""Adaptive decoding: exact output, and the choices a cost curve calls for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from families import SUPPORTED, family_model
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, vocab_sizes
+
+from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, lookahead_decode
+from ladref.adaptive import AdaptiveDecoder, adaptive_decode
+from ladref.cost import CostModel
+from ladref.policy import DraftPolicy
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+FLAT = CostModel.flat(256)  # a launch-bound GPU: any width costs one step
+CPU = CostModel.from_ratios({1: 1.0, 2: 2.1, 4: 2.0, 8: 2.2, 16: 2.3, 32: 2.5, 64: 3.7})  # measured on a 2-core CPU
+PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 1, 2]
+
+
+@given(architectures, vocab_sizes, seeds, st.data(), st.integers(1, 40), st.sampled_from([FLAT, CPU]))
+def test_adaptive_output_is_greedy(arch, vocab, seed, data, max_new_tokens, cost):
+    model = tiny_model(arch, vocab, seed)
+    prompt = data.draw(prompts(vocab))
+    eos = data.draw(st.none() | st.integers(0, vocab - 1))
+    result = adaptive_decode(model, prompt, max_new_tokens, cost=cost, window=LookaheadConfig(3, 3, 3),
+                             eos_token_id=[] if eos is None else eos)
+    assert result.token_ids == hf_greedy(model, prompt, max_new_tokens, eos)
+    assert result.method == "adaptive" and result.stats.steps <= max(len(result.token_ids), 1)
+
+
+@pytest.mark.parametrize("family", SUPPORTED)
+def test_every_family_decodes_exactly_greedy(family):
+    model = family_model(family, 16, 0)
+    for cost in (FLAT, CPU):
+        assert adaptive_decode(model, PROMPT, 24, cost=cost).token_ids == hf_greedy(model, PROMPT, 24), family
+
+
+def test_a_flat_curve_makes_it_choose_the_full_lookahead_step_by_itself():
+    model, config = tiny_model("llama", 16, 0), LookaheadConfig(4, 4, 4)
+    full = lookahead_decode(model, [1, 2, 3], 40, config=config, eos_token_id=[])
+    adaptive = adaptive_decode(model, [1, 2, 3], 40, cost=FLAT, proposers=[LookaheadProposer(config)], eos_token_id=[])
+    assert adaptive.token_ids == full.token_ids
+    assert adaptive.stats.forward_tokens_per_step == full.stats.forward_tokens_per_step  # window + every candidate, every step
+    assert adaptive.stats.accepted_per_step == full.stats.accepted_per_step
+
+
+def test_a_cpu_curve_makes_it_decode_greedily_until_drafts_pay():
+    model = tiny_model("llama", 16, 0)  # its greedy text cycles with period 5: prompt lookup soon pays
+    decoder = AdaptiveDecoder(model, cost=CPU, proposers=[PromptLookupProposer()], window=None)
+    result = decoder([1, 2, 3], 60, eos_token_id=[])
+    fed = result.stats.forward_tokens_per_step
+    assert fed[0] == 1  # no evidence yet: a draft of unknown worth does not pay for t(2) = 2.1 t(1)
+    assert max(fed) > 1 and result.stats.compression > 2.0  # once drafts are known to be accepted, it feeds them
+    learned = decoder.policy.rate(("prompt_lookup", 1, 0))
+    assert learned > 0.8  # checked against every step's tokens, fed or not
+    flat = AdaptiveDecoder(model, cost=FLAT, proposers=[PromptLookupProposer()], window=None)([1, 2, 3], 60, eos_token_id=[])
+    assert flat.stats.steps <= result.stats.steps and flat.token_ids == result.token_ids
+
+
+def test_the_policy_learns_from_trees_it_did_not_feed():
+    policy = DraftPolicy(CPU)
+    tree = DraftTree.from_paths([[5, 6, 7], [5, 8], [9]], "lookup")
+    policy.propose([tree])
+    policy.observe([5, 6])  # 5 right (9 reached, wrong), then 6 right (8 reached, wrong); node 7 still pending
+    assert policy.rates[("lookup", 1, 0)].accepted == 1 + 1 and policy.rates[("lookup", 1, 1)].accepted == 1
+    assert policy.rates[("lookup", 2, 0)].reached == 3 + 1 and len(policy.pending) == 1
+    policy.observe([4])
+    assert policy.rates[("lookup", 3, 0)].accepted == 1 and policy.pending == []
+    values = policy.values(tree)
+    assert values[0] > values[1] > values[2]  # a child is never worth more than its parent
+
+
+def test_compiled_widths_bound_and_price_the_steps():
+    policy = DraftPolicy(FLAT, widths=(1, 4))
+    tree = DraftTree.from_paths([[1, 2, 3, 4, 5, 6, 7, 8]], "s")
+    chosen, window, _ = policy.choose([tree], kv=10)
+    assert len(chosen) == 3 and not window  # the widest compiled step: 4 tokens
+    stepped = DraftPolicy(CPU, widths=(1, 4, 16))
+    assert stepped.step_time(5, 10) == stepped.step_time(16, 10) > stepped.step_time(4, 10)  # padded to the next width
+
+
+def test_bad_arguments_are_refused():
+    model = tiny_model("llama", 16, 0)
+    with pytest.raises(TypeError, match="cost must be a CostModel"):
+        adaptive_decode(model, PROMPT, cost={1: 0.1})
+    with pytest.raises(ValueError, match="positive, finite"):
+        CostModel.from_times({1: 0.1, 2: float("nan")})
+    with pytest.raises(ValueError, match="prior"):
+        DraftPolicy(CPU, prior=(2.0, 1.0))
+    with pytest.raises(TypeError, match="does not implement the Proposer protocol"):
+        adaptive_decode(model, PROMPT, cost=CPU, proposers=[42])
