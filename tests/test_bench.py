@@ -81,6 +81,10 @@ def test_speed_and_cost_tables_are_narrow(bench_records):
     assert cost.splitlines()[0] == "| method | tokens | steps | ms/step | GFLOP/step | FLOPs ratio | peak mem (MiB) |"
     assert all(line.count("|") <= 9 for line in (speed + "\n" + cost).splitlines())  # at most 8 columns each
     assert markdown_tables(summaries) == f"Speed:\n\n{speed}\n\nCost:\n\n{cost}"
+    labelled = cost_table(summaries, ["tiny"] * len(summaries)).splitlines()
+    assert labelled[0].startswith("| dataset | method | tokens |") and labelled[2].startswith("| tiny | greedy | 32 |")
+    with pytest.raises(ValueError):
+        speed_table(summaries, ["tiny"])  # one label per summary
 
 
 def test_results_files_round_trip(bench_records, tmp_path):
@@ -107,8 +111,8 @@ def test_several_configs_and_transformers_greedy_in_one_run(tmp_path):
     meta = {"dataset": "tiny", "machine": "test CPU", "dtype": "float64", "setup_s": {"greedy": 0.5}}
     save_results(tmp_path / "tiny", records, list(summaries.values()), meta)
     text = render_summary(tmp_path)
-    assert "Measured on **test CPU**, float64" in text and "### tiny" in text and "| lookahead 2/4/2 | 1 |" in text
-    assert "| vs generate |" in text
+    assert "Measured on **test CPU**, float64" in text and "| tiny | lookahead 2/4/2 | 1 |" in text
+    assert "| dataset | method | prompts | S | tok/s | speedup vs greedy | vs generate | identical to greedy |" in text
     assert "greedy 0.5" in text and "![speedups](speedups.png)" in text
     assert (tmp_path / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -318,8 +322,9 @@ def test_results_folder_renders_leaderboard_and_reads_former_names(tmp_path):
     assert [r.method for r in rows] == ["greedy", "hf_plookup"] and rows[1].identical == 4
     assert rows[1].speedup_vs_generate is None
     text = render_summary(tmp_path)
-    assert "### gsm8k" in text and "| hf_plookup | 5 | 1.60 |" in text and "| 4/5 |" in text
-    assert "### specbench" in text and "| newcomer | 0.67x (1.07) | 2.00x (2.00) |" in text
+    assert "| gsm8k | hf_plookup | 5 | 1.60 |" in text and "| 4/5 |" in text and "| specbench | newcomer | 3 |" in text
+    assert text.count("| dataset | method |") == 2  # one speed and one cost table for both files
+    assert "Leaderboard, specbench:" in text and "| newcomer | 0.67x (1.07) | 2.00x (2.00) |" in text
 
 
 def test_spread_by_length_covers_the_range():

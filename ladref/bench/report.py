@@ -93,35 +93,38 @@ def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}{unit}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], datasets: Sequence[str] | None = None) -> str:
+    if datasets is not None:
+        header, rows = ["dataset", *header], [[d, *row] for d, row in zip(datasets, rows, strict=True)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def speed_table(summaries: Sequence[MethodSummary]) -> str:
+def speed_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
     """Markdown: method, prompts, S, tokens/s, speedups, identical outputs (one row per method).
 
-    The "vs generate" and "vs hf_plookup" columns appear only when the run has that row.
+    The "vs generate" and "vs hf_plookup" columns appear only when the run has that row; with
+    `datasets` (one label per summary), a first "dataset" column holds them.
     """
     extra = [(title, key) for title, key in (("vs generate", "speedup_vs_generate"), ("vs hf_plookup", "speedup_vs_plookup"))
              if any(getattr(s, key) is not None for s in summaries)]
     header = ["method", "prompts", "S", "tok/s", "speedup vs greedy", *(t for t, _ in extra), "identical to greedy"]
     rows = [[s.method, str(s.prompts), f"{s.compression:.2f}", f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
              *(_fmt(getattr(s, key), "x") for _, key in extra), f"{s.identical}/{s.prompts}"] for s in summaries]
-    return _table(header, rows)
+    return _table(header, rows, datasets)
 
 
-def cost_table(summaries: Sequence[MethodSummary]) -> str:
-    """Markdown: method, tokens, steps, ms/step, GFLOP/step, FLOPs ratio, peak memory."""
+def cost_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
+    """Markdown: method, tokens, steps, ms/step, GFLOP/step, FLOPs ratio, peak memory (`datasets` as in `speed_table`)."""
     header = ["method", "tokens", "steps", "ms/step", "GFLOP/step", "FLOPs ratio", "peak mem (MiB)"]
     rows = [[s.method, str(s.tokens), str(s.steps), f"{s.ms_per_step:.1f}", f"{s.gflops_per_step:.2f}",
              f"{s.flops_ratio:.1f}", f"{s.peak_mem_mib:.0f}"] for s in summaries]
-    return _table(header, rows)
+    return _table(header, rows, datasets)
 
 
-def markdown_tables(summaries: Sequence[MethodSummary]) -> str:
+def markdown_tables(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
     """`speed_table` and `cost_table`, one after the other."""
-    return f"Speed:\n\n{speed_table(summaries)}\n\nCost:\n\n{cost_table(summaries)}"
+    return f"Speed:\n\n{speed_table(summaries, datasets)}\n\nCost:\n\n{cost_table(summaries, datasets)}"
 
 
 def save_results(path_stem: str | Path, records: Sequence[PromptRecord], summaries: Sequence[MethodSummary],
@@ -188,34 +191,36 @@ def plot_speedups(tables: dict[str, list[MethodSummary]], path: str | Path, titl
 
 
 def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
-    """Markdown for a results folder: the machine, per dataset its leaderboard (when it has one), speed
-    and cost tables and set-up costs, then agreement and a chart.
+    """Markdown for a results folder: the machine, a speed and a cost table over all datasets, set-up
+    costs, the leaderboard of each run that has one, agreement and a chart.
 
     Reads every ``<dataset>.json`` of the folder (and ``agreement_<dtype>.json`` files); writes the
     chart next to them when there are tables with a "generate" baseline. Datasets are shown under
     their current names ("math" files as gsm8k).
     """
     from .datasets import DATASET_ALIASES
-    from .leaderboard import leaderboard_markdown, leaderboard_from_dicts
+    from .leaderboard import leaderboard_from_dicts, leaderboard_markdown
 
     folder = Path(folder)
-    tables, lines = {}, []
+    tables, lines, setup, boards = {}, [], [], []
     for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling", "context"))):
         meta, rows = load_summaries(path)
-        dataset = meta.get("dataset", path.stem)
-        dataset = DATASET_ALIASES.get(dataset, dataset)
+        dataset = DATASET_ALIASES.get(meta.get("dataset", path.stem), meta.get("dataset", path.stem))
         tables[dataset] = rows
         if len(tables) == 1:
             lines += [f"Measured on **{meta.get('machine', '?')}**, {meta.get('dtype', '?')}, torch {meta.get('torch', '?')}, "
                       f"transformers {meta.get('transformers', '?')}; command: `{meta.get('command', '?')}`.", ""]
-        lines += [f"### {dataset}", ""]
-        board = json.loads(path.read_text(encoding="utf-8")).get("leaderboard")
-        if board:
-            lines += [leaderboard_markdown(leaderboard_from_dicts(board)), ""]
-        lines += [markdown_tables(rows), ""]
         if meta.get("setup_s"):
-            lines += ["One-time set-up, seconds (not in the table): " + ", ".join(
-                f"{k} {v:.1f}" for k, v in meta["setup_s"].items()) + ".", ""]
+            setup.append(f"{dataset}: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["setup_s"].items()))
+        board = json.loads(path.read_text(encoding="utf-8")).get("leaderboard")
+        if board and len(board[0]["tasks"]) > 1:
+            boards += [f"Leaderboard, {dataset}:", "", leaderboard_markdown(leaderboard_from_dicts(board)), ""]
+    if tables:
+        labels = [d for d, rows in tables.items() for _ in rows]
+        lines += [markdown_tables([s for rows in tables.values() for s in rows], labels), ""]
+    if setup:
+        lines += ["One-time set-up, seconds (not in the tables): " + "; ".join(setup) + ".", ""]
+    lines += boards
     for path in sorted(folder.glob("agreement_*.json")):
         lines += agreement_lines(json.loads(path.read_text(encoding="utf-8")))
     if any(s.speedup_vs_generate for rows in tables.values() for s in rows):
