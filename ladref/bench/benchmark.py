@@ -195,14 +195,14 @@ def _bench(model, tokenizer, dataset: str, settings: BenchSettings, args, meta: 
 
 
 def _context_length(model, tokenizer, datasets: list[str], settings: BenchSettings, args, meta: dict) -> None:
-    from .context import plot_context, run_context_study, save_context
+    from .context import context_title, plot_context, run_context_study, save_context
 
     prompts = [p for d in datasets for p in load_prompts(d)]
     points = run_context_study(model, tokenizer, prompts, settings, count=args.limit,
                                progress=not args.no_progress)
     figure = Path(args.figure) if args.figure else Path(args.out) / "context_length.png"
     json_path = save_context(Path(args.out) / "context_length.json", points, dict(meta, datasets=datasets))
-    plot_context(points, figure, f"Lookahead decoding vs prompt length, SmolLM2-135M, {meta['machine']}")
+    plot_context(points, figure, context_title(meta, points))
     print(f"saved {json_path} and {figure}")
 
 

@@ -144,6 +144,15 @@ def load_context(path: str | Path) -> tuple[dict, list[ContextPoint]]:
     return payload["meta"], [ContextPoint(**p) for p in payload["points"]]
 
 
+def context_title(meta: dict, points: Sequence[ContextPoint]) -> str:
+    """The figure's title from a run's meta: model, device (CPU / CUDA), machine, dtype, prompts, tokens."""
+    prompts = len({p.prompt_id for p in points})
+    tokens = max((p.new_tokens for p in points), default=0)
+    return (f"Lookahead decoding vs prompt length: SmolLM2-135M-Instruct, {meta.get('device', '?').split(':')[0].upper()} "
+            f"({meta.get('machine', '?')}), {meta.get('dtype', '?')}, "
+            f"{prompts} prompts of {', '.join(meta.get('datasets', ['?']))}, up to {tokens} new tokens")
+
+
 def plot_context(points: Sequence[ContextPoint], path: str | Path, title: str = "") -> Path:
     """Three panels against prompt length (log scale): S, speedup over greedy (filled: whole call,
     open: decoding only) and time per step. Matplotlib's object API on the Agg canvas."""
@@ -168,7 +177,7 @@ def plot_context(points: Sequence[ContextPoint], path: str | Path, title: str = 
         ax.set_xlabel("prompt length (tokens)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     out = Path(path)

@@ -125,21 +125,23 @@ def leaderboard(records: Sequence[PromptRecord],
 
 
 def leaderboard_markdown(board: Sequence[LeaderboardRow]) -> str:
-    """The leaderboard as Markdown: a caption, then per task "speedup (S)", S, overall speedup,
-    identical outputs and the reference S."""
+    """The leaderboard as Markdown, two narrow tables with one row per method: the speedup over greedy
+    per task, overall and the outputs identical to greedy's; then S per task, overall and the reference S."""
     tasks = list(board[0].tasks) if board else []
-    header = ["method", *tasks, "overall S", "overall speedup", "identical", "Spec-Bench S"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in board:
-        cells = [f"{s.speedup:.2f}x ({s.compression:.2f})" for s in row.tasks.values()]
-        ref = f"{row.reference.compression:.2f}" if row.reference else "-"
-        o = row.overall
-        lines.append("| " + " | ".join([row.method, *cells, f"{o.compression:.2f}", f"{o.speedup:.2f}x",
-                                         f"{o.identical}/{o.prompts}", ref]) + " |")
-    caption = ("Per task: speedup over ladref `greedy_decode` (S, tokens per step). Overall: all prompts pooled "
-               "(S = total tokens / total steps; speedup = total tokens / total time, over greedy's). Spec-Bench S: "
-               "the leaderboard's overall S for the same algorithm, Vicuna-7B on an A100 (not a speed to compare with).")
-    return caption + "\n\n" + "\n".join(lines)
+
+    def table(header: list[str], rows: list[list[str]]) -> str:
+        return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows])
+
+    speed = table(["method", *tasks, "overall", "identical"], [
+        [row.method, *(f"{s.speedup:.2f}x" for s in row.tasks.values()), f"{row.overall.speedup:.2f}x",
+         f"{row.overall.identical}/{row.overall.prompts}"] for row in board])
+    steps = table(["method", *tasks, "overall", "Spec-Bench"], [
+        [row.method, *(f"{s.compression:.2f}" for s in row.tasks.values()), f"{row.overall.compression:.2f}",
+         f"{row.reference.compression:.2f}" if row.reference else "-"] for row in board])
+    return ("Speedup over ladref `greedy_decode` (overall: all prompts pooled, total tokens / total time over "
+            f"greedy's):\n\n{speed}\n\nS, tokens per step (overall: total tokens / total steps; Spec-Bench: the "
+            "leaderboard's overall S for the same algorithm, Vicuna-7B on an A100, a reference, not a speed to "
+            f"compare with):\n\n{steps}")
 
 
 def leaderboard_dicts(board: Sequence[LeaderboardRow]) -> list[dict]:

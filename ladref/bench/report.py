@@ -1,7 +1,8 @@
 """Aggregate benchmark records and write them as Markdown, JSON and CSV.
 
 A run is shown as two narrow tables rather than one wide one: `speed_table` (S, tokens/s, the
-speedups, identical outputs) and `cost_table` (steps, time and FLOPs per step, memory). Spec-Bench's
+speedups, identical outputs) and `cost_table` (steps, time and FLOPs per step, memory); the files
+hold every field. Spec-Bench's
 per-task leaderboard layout is `ladref.bench.leaderboard`.
 """
 
@@ -101,23 +102,23 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], datasets: Seque
 
 
 def speed_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
-    """Markdown: method, prompts, S, tokens/s, speedups, identical outputs (one row per method).
+    """Markdown: method, S, tokens/s, speedups, identical outputs / prompts (one row per method).
 
     The "vs generate" and "vs hf_plookup" columns appear only when the run has that row; with
     `datasets` (one label per summary), a first "dataset" column holds them.
     """
     extra = [(title, key) for title, key in (("vs generate", "speedup_vs_generate"), ("vs hf_plookup", "speedup_vs_plookup"))
              if any(getattr(s, key) is not None for s in summaries)]
-    header = ["method", "prompts", "S", "tok/s", "speedup vs greedy", *(t for t, _ in extra), "identical to greedy"]
-    rows = [[s.method, str(s.prompts), f"{s.compression:.2f}", f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
+    header = ["method", "S", "tok/s", "speedup vs greedy", *(t for t, _ in extra), "identical to greedy"]
+    rows = [[s.method, f"{s.compression:.2f}", f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
              *(_fmt(getattr(s, key), "x") for _, key in extra), f"{s.identical}/{s.prompts}"] for s in summaries]
     return _table(header, rows, datasets)
 
 
 def cost_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
-    """Markdown: method, tokens, steps, ms/step, GFLOP/step, FLOPs ratio, peak memory (`datasets` as in `speed_table`)."""
-    header = ["method", "tokens", "steps", "ms/step", "GFLOP/step", "FLOPs ratio", "peak mem (MiB)"]
-    rows = [[s.method, str(s.tokens), str(s.steps), f"{s.ms_per_step:.1f}", f"{s.gflops_per_step:.2f}",
+    """Markdown: method, steps, ms/step, GFLOP/step, FLOPs ratio, peak memory (`datasets` as in `speed_table`)."""
+    header = ["method", "steps", "ms/step", "GFLOP/step", "FLOPs ratio", "peak mem (MiB)"]
+    rows = [[s.method, str(s.steps), f"{s.ms_per_step:.1f}", f"{s.gflops_per_step:.2f}",
              f"{s.flops_ratio:.1f}", f"{s.peak_mem_mib:.0f}"] for s in summaries]
     return _table(header, rows, datasets)
 
