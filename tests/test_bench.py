@@ -1,4 +1,5 @@
-"""The benchmark machinery (bench_run, bench_report, plookup, scaling) on tiny models."""
+"""The benchmark machinery (run_bench, reports, the Spec-Bench leaderboard, prompt lookup, scaling,
+context length, the bench command's arguments) on tiny models and synthetic records."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import csv
 import importlib.util
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -14,9 +16,19 @@ from strategies import hf_greedy, tiny_model
 
 from ladref import LookaheadConfig, greedy_decode
 from ladref.bench.benchmark import _names, parse_config
+from ladref.bench.datasets import canonical_dataset
 from ladref.bench.hf import prompt_lookup_decode
-from ladref.bench.measure import BenchSettings, run_bench
-from ladref.bench.report import markdown_table, render_summary, save_results, summarize
+from ladref.bench.measure import BenchSettings, PromptRecord, run_bench
+from ladref.bench.methods import canonical_label, canonical_method, method_name
+from ladref.bench.report import (
+    cost_table,
+    load_summaries,
+    markdown_tables,
+    render_summary,
+    save_results,
+    speed_table,
+    summarize,
+)
 from ladref.bench.scaling import (
     ScalingPoint,
     fit_log_linear,
@@ -31,12 +43,13 @@ PROMPTS = [torch.tensor([1, 2, 3, 1, 2, 3, 1, 2]), torch.tensor([[5, 4, 6, 5, 4]
 def bench_records():
     settings = BenchSettings(("lookahead", "jacobi", "plookup"), LookaheadConfig(3, 3, 3), block_size=3,
                              lookup_tokens=3, max_new_tokens=16, warmup=False)
-    return run_bench(tiny_model("llama", 8, 1), PROMPTS, settings, prompt_ids=["a", "b"])
+    return run_bench(tiny_model("llama", 8, 1), PROMPTS, settings, prompt_ids=["a", "b"], tasks=["t1", "t2"])
 
 
 def test_bench_records_every_method_on_every_prompt(bench_records):
-    assert [(r.prompt_id, r.method) for r in bench_records] == [
-        (p, m) for p in "ab" for m in ("greedy", "lookahead 3/3/3", "jacobi", "plookup")]
+    assert [(r.prompt_id, r.method) for r in bench_records] == [  # "plookup" is hf_plookup's former name
+        (p, m) for p in "ab" for m in ("greedy", "lookahead 3/3/3", "jacobi", "hf_plookup")]
+    assert [r.task for r in bench_records] == ["t1"] * 4 + ["t2"] * 4
     assert all(r.match for r in bench_records)
     for r in bench_records:
         assert r.new_tokens == 16 and 1 <= r.steps <= 16 and r.flops > 0 and r.wall_s > 0
@@ -48,15 +61,30 @@ def test_bench_records_every_method_on_every_prompt(bench_records):
 def test_summary_ratios_are_relative_to_greedy(bench_records):
     summaries = {s.method: s for s in summarize(bench_records)}
     assert summaries["greedy"].speedup == 1.0 and summaries["greedy"].flops_ratio == 1.0
-    assert summaries["plookup"].speedup_vs_plookup == 1.0
+    assert summaries["hf_plookup"].speedup_vs_plookup == 1.0
     look = summaries["lookahead 3/3/3"]
     wall = {m: sum(r.wall_s for r in bench_records if r.method == m) for m in summaries}
     assert math.isclose(look.speedup, wall["greedy"] / wall["lookahead 3/3/3"])
     assert look.speedup_vs_generate is None  # no transformers greedy in this run
     assert look.flops_ratio > 1.0  # lookahead spends more FLOPs per generated token
-    assert look.tokens == 32 and look.match_rate == 1.0
-    table = markdown_table(list(summaries.values()), "tiny")
-    assert table.count("\n") == 1 + len(summaries) and "| tiny | lookahead 3/3/3 |" in table
+    assert look.tokens == 32 and look.match_rate == 1.0 and look.identical == 2
+
+
+def test_speed_and_cost_tables_are_narrow(bench_records):
+    summaries = summarize(bench_records)
+    speed, cost = speed_table(summaries), cost_table(summaries)
+    assert speed.splitlines()[0] == ("| method | S | tok/s | speedup vs greedy | vs hf_plookup "
+                                     "| identical to greedy |")  # no "vs generate" column: no such row
+    look = next(s for s in summaries if s.method == "lookahead 3/3/3")
+    assert f"| lookahead 3/3/3 | {look.compression:.2f} | {look.tokens_per_second:.1f} | {look.speedup:.2f}x |" in speed
+    assert speed.endswith("| 2/2 |") and len(speed.splitlines()) == 2 + len(summaries)
+    assert cost.splitlines()[0] == "| method | steps | ms/step | GFLOP/step | FLOPs ratio | peak mem (MiB) |"
+    assert all(line.count("|") <= 8 for line in (speed + "\n" + cost).splitlines())  # at most 7 columns each
+    assert markdown_tables(summaries) == f"Speed:\n\n{speed}\n\nCost:\n\n{cost}"
+    labelled = cost_table(summaries, ["tiny"] * len(summaries)).splitlines()
+    assert labelled[0].startswith("| dataset | method | steps |") and labelled[2].startswith("| tiny | greedy | 32 |")
+    with pytest.raises(ValueError):
+        speed_table(summaries, ["tiny"])  # one label per summary
 
 
 def test_results_files_round_trip(bench_records, tmp_path):
@@ -64,7 +92,7 @@ def test_results_files_round_trip(bench_records, tmp_path):
     json_path, csv_path = save_results(tmp_path / "sub" / "tiny", bench_records, summaries, {"dataset": "tiny"})
     payload = json.loads(json_path.read_text())
     assert payload["meta"] == {"dataset": "tiny"}
-    assert [s["method"] for s in payload["summary"]] == ["greedy", "lookahead 3/3/3", "jacobi", "plookup"]
+    assert [s["method"] for s in payload["summary"]] == ["greedy", "lookahead 3/3/3", "jacobi", "hf_plookup"]
     rows = list(csv.DictReader(csv_path.open()))
     assert len(rows) == len(payload["records"]) == len(bench_records)
     assert int(rows[1]["steps"]) == bench_records[1].steps
@@ -84,6 +112,7 @@ def test_several_configs_and_transformers_greedy_in_one_run(tmp_path):
     save_results(tmp_path / "tiny", records, list(summaries.values()), meta)
     text = render_summary(tmp_path)
     assert "Measured on **test CPU**, float64" in text and "| tiny | lookahead 2/4/2 |" in text
+    assert "| dataset | method | S | tok/s | speedup vs greedy | vs generate | identical to greedy |" in text
     assert "greedy 0.5" in text and "![speedups](speedups.png)" in text
     assert (tmp_path / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -105,8 +134,8 @@ def test_compiled_and_static_cache_rows_with_their_set_up_timed_apart():
 
 
 def test_settings_validation_and_method_names():
-    assert BenchSettings(("plookup", "greedy", "plookup")).methods == ("greedy", "plookup")
-    with pytest.raises(ValueError, match="unknown method"):
+    assert BenchSettings(("plookup", "greedy", "hf_plookup")).methods == ("greedy", "hf_plookup")
+    with pytest.raises(ValueError, match=r"unknown method 'beam'; choose from greedy, .*\(aliases: plookup = hf_plookup\)"):
         BenchSettings(("beam",))
     with pytest.raises(TypeError):
         BenchSettings("lookahead")
@@ -121,9 +150,30 @@ def test_settings_validation_and_method_names():
     with pytest.raises(ValueError, match="greedy"):
         summarize([r for r in run_bench(tiny_model("llama", 8, 1), PROMPTS[:1], BenchSettings(max_new_tokens=2, warmup=False))
                    if r.method != "greedy"])
-    assert _names(["jacobi,lookahead", "plookup"], ("jacobi", "lookahead", "plookup"), []) == ["jacobi", "lookahead", "plookup"]
-    with pytest.raises(SystemExit):
-        _names(["nope"], ("jacobi",), [])
+    assert canonical_method("plookup") == "hf_plookup" == method_name("plookup") == canonical_label("plookup")
+    assert method_name("compiled_lookahead 15/5/15") == "compiled_lookahead"
+    assert canonical_label("lookahead 4/4/4") == "lookahead 4/4/4"
+
+
+def test_command_line_names_and_defaults(tmp_path):
+    from ladref.bench.cli import main
+    from ladref.bench.runinfo import default_out, git_commit
+
+    assert _names(["jacobi,lookahead", "plookup"], canonical_method, []) == ["jacobi", "lookahead", "hf_plookup"]
+    assert _names(None, canonical_dataset, ["gsm8k"]) == ["gsm8k"]
+    assert _names(["math, specbench:qa", "gsm8k"], canonical_dataset, []) == ["gsm8k", "specbench:qa"]
+    with pytest.raises(SystemExit, match="unknown method 'nope'"):
+        _names(["nope"], canonical_method, [])
+    for bad, message in (("specbench:chat", "unknown Spec-Bench task 'chat'"), ("mathqa", "unknown dataset 'mathqa'")):
+        with pytest.raises(SystemExit, match=message):  # before any model is loaded
+            main(["bench", "--dataset", bad, "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="unknown method 'beam'"):
+        main(["bench", "--method", "lookahead,beam", "--out", str(tmp_path)])
+    out = default_out()
+    assert out.parent.name == "runs" and re.fullmatch(r"bench-\d{8}-\d{6}", out.name)
+    commit = git_commit()
+    assert commit is None or re.fullmatch(r"[0-9a-f]{40}( \+ changes)?", commit)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("arch,vocab,seed", [("llama", 8, 1), ("gpt2", 16, 2)])
@@ -180,11 +230,150 @@ def test_bench_command_on_smollm2(tmp_path, capsys):
 
     threads = torch.get_num_threads()
     try:  # --threads sets torch's process-wide thread count; restore it for the other tests
-        assert main(["bench", "--dataset", "math", "--limit", "1", "--method", "lookahead,plookup", "--max-new-tokens", "6",
-                     "--threads", "1", "--no-progress", "--out", str(tmp_path)]) == 0
+        assert main(["bench", "--dataset", "math,specbench:qa", "--limit", "1", "--method", "lookahead,plookup",
+                     "--max-new-tokens", "6", "--threads", "1", "--no-progress", "--out", str(tmp_path)]) == 0
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
-    assert "| math | lookahead 4/4/4 |" in out and "WARNING" not in out
-    payload = json.loads((tmp_path / "math.json").read_text())
-    assert {s["method"] for s in payload["summary"]} == {"greedy", "lookahead 4/4/4", "plookup"}
+    assert "\ngsm8k: 1 prompts" in out and "\nspecbench:qa: 1 prompts" in out and "WARNING" not in out
+    assert "| lookahead 4/4/4 |" in out and "| hf_plookup |" in out and out.count(" | 1/1 |") == 6  # identical outputs
+    payload = json.loads((tmp_path / "gsm8k.json").read_text())
+    assert {s["method"] for s in payload["summary"]} == {"greedy", "lookahead 4/4/4", "hf_plookup"}
+    assert payload["meta"]["dataset"] == "gsm8k" and payload["meta"]["dtype"] == "float32"
+    assert {"device", "machine", "torch", "transformers", "command", "git_commit"} <= set(payload["meta"])
+    qa = json.loads((tmp_path / "specbench_qa.json").read_text())
+    assert [r["task"] for r in qa["records"]] == ["qa"] * 3 and qa["records"][0]["prompt_id"] == "321"
+    assert [row["method"] for row in qa["leaderboard"]] == ["greedy", "lookahead 4/4/4", "hf_plookup"]
+
+
+def _record(prompt, task, method, tokens, steps, wall, match=True, prompt_tokens=10):
+    return PromptRecord(prompt, method, prompt_tokens, tokens, steps, tokens / steps, 1.0, wall, match, 1, 1.0, task)
+
+
+SYNTHETIC = [  # two tasks; per prompt: greedy, then two methods with known times and steps
+    _record("1", "qa", "greedy", 10, 10, 2.0), _record("1", "qa", "lookahead 4/4/4", 10, 5, 1.0),
+    _record("1", "qa", "newcomer", 10, 8, 4.0, match=False),
+    _record("2", "qa", "greedy", 20, 20, 2.0), _record("2", "qa", "lookahead 4/4/4", 20, 10, 4.0),
+    _record("2", "qa", "newcomer", 20, 20, 2.0),
+    _record("3", "rag", "greedy", 30, 30, 6.0), _record("3", "rag", "lookahead 4/4/4", 30, 10, 3.0),
+    _record("3", "rag", "newcomer", 30, 15, 3.0),
+]
+
+
+def test_leaderboard_pools_per_task_and_overall_against_greedy():
+    from ladref.bench.leaderboard import SPECBENCH_REFERENCE, leaderboard
+
+    board = {row.method: row for row in leaderboard(SYNTHETIC)}
+    assert list(board) == ["greedy", "lookahead 4/4/4", "newcomer"]
+    look = board["lookahead 4/4/4"]
+    assert list(look.tasks) == ["qa", "rag"]
+    qa = look.tasks["qa"]  # pooled: (30 tokens / 5 s) over greedy's (30 tokens / 4 s)
+    assert (qa.prompts, qa.tokens, qa.steps, qa.identical) == (2, 30, 15, 2)
+    assert qa.speedup == pytest.approx(0.8) and qa.compression == pytest.approx(2.0)
+    assert qa.speedup_mean_rate == pytest.approx((10 + 5) / 2 / ((5 + 10) / 2))  # Spec-Bench's mean of per-prompt rates
+    assert look.tasks["rag"].speedup == pytest.approx(2.0) and look.tasks["rag"].compression == pytest.approx(3.0)
+    assert look.overall.speedup == pytest.approx((60 / 8) / (60 / 10)) and look.overall.compression == pytest.approx(60 / 25)
+    assert look.reference == SPECBENCH_REFERENCE["lookahead"] and look.reference.compression == 1.64
+    new = board["newcomer"]  # a method the report has never heard of: a row like any other, no reference
+    assert new.reference is None and new.overall.identical == 2 and new.tasks["qa"].identical == 1
+    assert board["greedy"].overall.speedup == 1.0 and board["greedy"].overall.compression == 1.0
+    assert SPECBENCH_REFERENCE["hf_plookup"].compression == 1.75 and SPECBENCH_REFERENCE["recycling"].compression == 2.73
+
+
+def test_leaderboard_markdown_json_and_csv(tmp_path):
+    from ladref.bench.leaderboard import (
+        leaderboard,
+        leaderboard_dicts,
+        leaderboard_from_dicts,
+        leaderboard_markdown,
+        save_leaderboard_csv,
+    )
+
+    board = leaderboard(SYNTHETIC)
+    text = leaderboard_markdown(board)
+    _, speed, _, steps = text.split("\n\n")
+    assert "Vicuna-7B on an A100" in text and "pooled" in text
+    speed, steps = speed.splitlines(), steps.splitlines()
+    assert speed[0] == "| method | qa | rag | overall | identical |"
+    assert speed[3:] == ["| lookahead 4/4/4 | 0.80x | 2.00x | 1.25x | 3/3 |", "| newcomer | 0.67x | 2.00x | 1.11x | 2/3 |"]
+    assert steps[0] == "| method | qa | rag | overall | Spec-Bench |"
+    assert steps[2:] == ["| greedy | 1.00 | 1.00 | 1.00 | - |", "| lookahead 4/4/4 | 2.00 | 3.00 | 2.40 | 1.64 |",
+                         "| newcomer | 1.07 | 2.00 | 1.40 | - |"]
+    assert leaderboard_from_dicts(json.loads(json.dumps(leaderboard_dicts(board)))) == board
+    rows = list(csv.DictReader(save_leaderboard_csv(board, tmp_path / "board.csv").open()))
+    assert [r["method"] for r in rows] == ["greedy", "lookahead 4/4/4", "newcomer"]
+    assert float(rows[1]["rag_speedup"]) == 2.0 and float(rows[1]["overall_compression"]) == 2.4
+    assert rows[1]["specbench_S"] == "1.64" and rows[2]["specbench_S"] == "" and rows[2]["qa_identical"] == "1"
+    with pytest.raises(ValueError, match=r"no greedy run.*\['rag'\]"):
+        leaderboard([r for r in SYNTHETIC if not (r.task == "rag" and r.method == "greedy")])
+    with pytest.raises(ValueError, match="no records"):
+        leaderboard([])
+
+
+def test_results_folder_renders_leaderboard_and_reads_former_names(tmp_path):
+    from ladref.bench.leaderboard import leaderboard, leaderboard_dicts
+
+    summaries = summarize(SYNTHETIC)
+    save_results(tmp_path / "specbench", SYNTHETIC, summaries, {"dataset": "specbench", "machine": "test CPU"},
+                 {"leaderboard": leaderboard_dicts(leaderboard(SYNTHETIC))})
+    old = {"meta": {"dataset": "math"}, "summary": [  # a file written before "identical" and the hf_plookup name
+        dict(method=m, prompts=5, tokens=480, steps=300, compression=1.6, tokens_per_second=13.0, speedup=1.0,
+             speedup_vs_plookup=1.0, flops_ratio=1.0, match_rate=0.8, peak_mem_mib=1.0, gflops_per_step=0.3,
+             ms_per_step=75.0) for m in ("greedy", "plookup")], "records": []}
+    (tmp_path / "math.json").write_text(json.dumps(old))
+    meta, rows = load_summaries(tmp_path / "math.json")
+    assert [r.method for r in rows] == ["greedy", "hf_plookup"] and rows[1].identical == 4
+    assert rows[1].speedup_vs_generate is None
+    text = render_summary(tmp_path)
+    assert "| gsm8k | hf_plookup | 1.60 | 13.0 | 1.00x | 1.00x | 4/5 |" in text and "| specbench | newcomer | 1.40 |" in text
+    assert text.count("| dataset | method |") == 2  # one speed and one cost table for both files
+    assert "Leaderboard, specbench:" in text and "| newcomer | 0.67x | 2.00x | 1.11x | 2/3 |" in text
+
+
+def test_spread_by_length_covers_the_range():
+    from ladref.bench.context import spread_by_length
+
+    lengths = [40, 41, 45, 80, 90, 200, 700, 800, 1500, 1600, 42]
+    picked = spread_by_length(lengths, 4)
+    assert [lengths[i] for i in picked] == [40, 200, 700, 1600]  # log-spaced targets 40, 137, 468, 1600
+    assert spread_by_length(lengths, len(lengths)) == sorted(range(len(lengths)), key=lambda i: lengths[i])
+    for bad in (0, 12):
+        with pytest.raises(ValueError, match="count must be in 1..11"):
+            spread_by_length(lengths, bad)
+
+
+def test_context_points_from_synthetic_records():
+    from ladref.bench.context import PROBE, context_points
+
+    records = [_record("a", "qa", "greedy", 10, 10, 3.0), _record("a", "qa", PROBE, 1, 1, 1.0, match=False),
+               _record("a", "qa", "lookahead 4/4/4", 10, 4, 2.0)]
+    greedy, look = context_points(records)
+    assert (greedy.method, look.method) == ("greedy", "lookahead 4/4/4")
+    assert greedy.ms_per_step == pytest.approx(200.0) and look.ms_per_step == pytest.approx(250.0)
+    assert look.speedup == pytest.approx(1.5) and look.decode_speedup == pytest.approx(2.0)
+    assert look.prefill_s == 1.0 and look.compression == 2.5 and look.match
+
+
+class _CharTokenizer:
+    """One id per character (ids 1..7, for the tiny models' vocabulary of 8), no real template."""
+
+    def apply_chat_template(self, messages, add_generation_prompt, return_tensors):
+        return torch.tensor([[1 + ord(ch) % 7 for ch in messages[0]["content"]]])
+
+
+def test_context_study_on_a_tiny_model(tmp_path):
+    from ladref.bench.context import load_context, plot_context, run_context_study, save_context
+    from ladref.bench.datasets import Prompt
+
+    prompts = [Prompt("toy", str(i), "abcabd" * n, "toy") for i, n in enumerate((9, 1, 3, 2, 27))]
+    settings = BenchSettings(("lookahead",), (LookaheadConfig(3, 3, 3), LookaheadConfig(2, 3, 2)), max_new_tokens=8)
+    points = run_context_study(tiny_model("llama", 8, 1), _CharTokenizer(), prompts, settings, count=3, progress=False)
+    assert [(p.prompt_id, p.prompt_tokens) for p in points[::3]] == [("1", 6), ("2", 18), ("4", 162)]
+    assert [p.method for p in points[:3]] == ["greedy", "lookahead 3/3/3", "lookahead 2/3/2"]
+    assert all(p.match and p.new_tokens == 8 and p.prefill_s > 0 for p in points)
+    for p in points:  # greedy against itself (the decoding-only figure needs a greedy call slower than the probe)
+        if p.method == "greedy":
+            assert p.speedup == 1.0 and p.decode_speedup == (1.0 if p.wall_s > p.prefill_s else 0.0)
+    path = save_context(tmp_path / "ctx.json", points, {"machine": "test"})
+    assert load_context(path) == ({"machine": "test"}, points)
+    assert plot_context(points, tmp_path / "ctx.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -2,12 +2,13 @@
 prompt-lookup baseline. It builds on the core (`ladref`); the core never imports it.
 
     python -m ladref demo                      # greedy vs lookahead on the embedded model
-    python -m ladref bench --dataset math      # the benchmark (ladref.bench.benchmark)
+    python -m ladref bench --dataset gsm8k     # the benchmark (ladref.bench.benchmark)
 
 Modules: `cli` (the ``python -m ladref`` dispatcher), `demo`, `benchmark` (the bench command),
 `measure` (run decoders interleaved), `report` (tables and files), `autotune`, `scaling`,
 `flops`, `agreement` (outputs against generate and greedy), `hf` (transformers' generate and prompt
-lookup as a peer decoder) and `datasets` (HumanEval, MT-bench, GSM8K prompts, offline).
+lookup as a peer decoder), `datasets` (HumanEval, MT-bench, GSM8K and Spec-Bench prompts, offline),
+`leaderboard` (Spec-Bench's layout), `context` (speed against prompt length) and `runinfo`.
 """
 
 from .datasets import DATASETS, Prompt, encode_prompts, load_prompts

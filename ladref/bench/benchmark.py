@@ -2,15 +2,19 @@
 
 Examples::
 
-    python -m ladref bench --dataset math --limit 5 --method lookahead,plookup
-    python -m ladref bench --dataset humaneval,mtbench,math --method generate,plookup,jacobi,lookahead \\
+    python -m ladref bench --dataset gsm8k --limit 5 --method lookahead,hf_plookup
+    python -m ladref bench --dataset specbench --limit 10 --method hf_plookup,lookahead --config 15/5/15  # leaderboard
+    python -m ladref bench --dataset humaneval,mtbench,gsm8k --method generate,hf_plookup,jacobi,lookahead \\
         --config 15/5/15 --config 7/5/7 --autotune --max-new-tokens 256 --dtype float16 --out benchmarks/results_gpu
-    python -m ladref bench --dataset math --limit 30 --agreement --dtype bfloat16   # outputs vs generate / greedy
-    python -m ladref bench --dataset math --limit 3 --scaling                      # the scaling-law sweep and figure
-    python -m ladref bench --cost --threads 2                                      # the step-cost curve t(q, kv)
+    python -m ladref bench --dataset gsm8k --limit 30 --agreement --dtype bfloat16  # outputs vs generate / greedy
+    python -m ladref bench --dataset gsm8k --limit 3 --scaling                     # the scaling-law sweep and figure
+    python -m ladref bench --context-length --limit 30 --config 15/5/15 --config 4/4/4  # S and speed vs prompt length
+    python -m ladref bench --cost --threads 2                                       # the step-cost curve t(q, kv)
 
+Results go to a fresh folder, ``runs/bench-<date>-<time>/``, unless ``--out`` names one.
 The library functions live in `ladref.bench.measure` (measuring), `ladref.bench.report`
-(tables, files), `ladref.bench.agreement`, `ladref.bench.autotune`, `ladref.bench.scaling` and `ladref.bench.cost`;
+(tables, files), `ladref.bench.leaderboard` (Spec-Bench's layout), `ladref.bench.agreement`,
+`ladref.bench.autotune`, `ladref.bench.scaling`, `ladref.bench.context` and `ladref.bench.cost`;
 this module only parses, prints and saves.
 """
 
@@ -19,31 +23,33 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import platform
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-import transformers
 
 from ..config import LookaheadConfig
 from ..kernels import ATTENTION_BACKENDS
 from .cost import add_arguments as add_cost_arguments
 from .cost import run_cost
-from .datasets import DATASETS, encode_prompts, load_prompts
+from .datasets import canonical_dataset, dataset_names, encode_prompts, load_prompts
+from .leaderboard import REFERENCE_SOURCE, leaderboard, leaderboard_dicts, leaderboard_markdown, save_leaderboard_csv
 from .measure import BenchSettings, run_bench
-from .methods import METHODS, config_label
-from .report import agreement_lines, markdown_table, save_results, summarize
+from .methods import METHOD_ALIASES, METHODS, canonical_method, config_label
+from .report import agreement_lines, markdown_tables, save_results, summarize
+from .runinfo import default_out, run_meta
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def _names(values: list[str] | None, allowed: tuple[str, ...], default: list[str]) -> list[str]:
-    names = [n.strip() for v in (values or default) for n in v.split(",") if n.strip()]
-    bad = [n for n in names if n not in allowed]
-    if bad:
-        raise SystemExit(f"error: unknown name(s) {bad}; choose from {', '.join(allowed)}")
+def _names(values: list[str] | None, canonical: Callable[[str], str], default: list[str]) -> list[str]:
+    """Comma-separated / repeated names, each through `canonical` (aliases resolved), in order, once each."""
+    try:
+        names = [canonical(n.strip()) for v in (values or default) for n in v.split(",") if n.strip()]
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from err
     return list(dict.fromkeys(names))
 
 
@@ -59,10 +65,13 @@ def parse_config(text: str) -> LookaheadConfig:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the bench options."""
     add = parser.add_argument
-    add("--dataset", action="append", help=f"one of {', '.join(DATASETS)} (repeat or comma-separate); default math")
-    add("--limit", type=int, default=5, help="prompts per dataset (default 5)")
+    aliases = ", ".join(f"{a} = {m}" for a, m in METHOD_ALIASES.items())
+    add("--dataset", action="append", help=f"from {', '.join(dataset_names())} (math = gsm8k; repeat or "
+        "comma-separate); default gsm8k (specbench with --context-length)")
+    add("--limit", type=int, default=5, help="prompts per dataset, per task for specbench; with --context-length "
+        "the number of prompts, spread over prompt lengths (default 5)")
     add("--method", action="append", help=f"decoders besides ladref greedy, from {', '.join(METHODS)} "
-        "(repeat or comma-separate); default lookahead")
+        f"({aliases}; repeat or comma-separate); default lookahead")
     add("--config", action="append", type=parse_config, metavar="W/N/G", help="a lookahead config (repeat for several rows)")
     add("--window", "-W", type=int, default=4, help="lookahead window size W when no --config (default 4)")
     add("--ngram", "-N", type=int, default=4, help="lookahead n-gram size N when no --config (default 4)")
@@ -76,36 +85,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch.compile mode of the compiled_* methods (none: constant shapes, not compiled)")
     add("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     add("--device", default=None, help="default: cuda when available, else cpu")
-    add("--out", default="benchmarks/results", help="folder for the JSON / CSV files (default benchmarks/results)")
+    add("--out", default=None, help="folder for the JSON / CSV files (default: a fresh runs/bench-<date>-<time>/)")
     add("--no-progress", action="store_true", help="hide the progress bars")
     add("--autotune", action="store_true", help="add the auto-tuned (W, N, G), tuned on prompts outside the benchmarked ones")
     add("--agreement", action="store_true", help="compare outputs (greedy vs generate, jacobi / lookahead vs greedy) instead")
     add("--scaling", action="store_true", help="run the scaling-law sweep (W in 1..16, N in 3,5,7, G=W) instead")
     add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.cost)")
     add_cost_arguments(parser)
-    add("--figure", default=None, help="where --scaling / --cost save their figure "
-        "(default docs/img/scaling_law.png / <out>/cost_<device>.png)")
-
-
-def _machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {torch.get_num_threads()} torch threads"
+    add("--context-length", action="store_true", help="S, speedup and time per step of lookahead decoding "
+        "(each --config) against prompt length instead (ladref.bench.context)")
+    add("--figure", default=None, help="where --scaling / --context-length / --cost save their figure (default: in --out)")
 
 
 def _autotune(model, tokenizer, datasets: list[str], args) -> tuple[LookaheadConfig | None, dict]:
-    """Tune on prompt number limit+1 of each dataset (never one that is benchmarked)."""
+    """Tune on prompt number limit+1 of each dataset (of each task for specbench; never one that is benchmarked)."""
     from .autotune import recommend
 
-    ids = [encode_prompts(tokenizer, load_prompts(d, args.limit + 1)[-1:])[0] for d in datasets]
+    held_out = [p for d in datasets for p in load_prompts(d, args.limit + 1) if p not in load_prompts(d, args.limit)]
+    ids = encode_prompts(tokenizer, held_out)
     rec = recommend(model, ids, max_new_tokens=min(args.max_new_tokens, 128), attention_backend=args.attention_backend,
                     progress=None if args.no_progress else (lambda msg: print("  autotune:", msg, file=sys.stderr, flush=True)))
     for r in rec.rows:
@@ -126,8 +123,9 @@ def _scaling(model, ids, args, dataset: str) -> None:
     points = scaling_sweep(model, ids, max_new_tokens=args.max_new_tokens, on_point=show)
     for fit in fit_log_linear(points).values():
         print(f"N={fit.ngram}: S = {fit.intercept:.2f} + {fit.slope:.3f} * log2(step tokens), r2={fit.r2:.2f}")
-    path = plot_scaling(points, args.figure or "docs/img/scaling_law.png", f"Lookahead scaling law, SmolLM2-135M, {dataset} ({len(ids)} prompts)")
-    out = Path(args.out) / f"scaling_{dataset}.json"
+    figure = args.figure or Path(args.out) / f"scaling_{_stem(dataset)}.png"
+    path = plot_scaling(points, figure, f"Lookahead scaling law, SmolLM2-135M, {dataset} ({len(ids)} prompts)")
+    out = Path(args.out) / f"scaling_{_stem(dataset)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"command": "python -m ladref " + " ".join(sys.argv[1:]), "points": [asdict(p) for p in points]}
     out.write_text(json.dumps(payload, indent=1) + "\n")
@@ -166,6 +164,11 @@ def _eos(model) -> set[int]:
     return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
 
 
+def _stem(dataset: str) -> str:
+    """A file name for a dataset ("specbench:rag" -> "specbench_rag")."""
+    return dataset.replace(":", "_")
+
+
 def _bench(model, tokenizer, dataset: str, settings: BenchSettings, args, meta: dict) -> None:
     from tqdm import tqdm
 
@@ -175,46 +178,64 @@ def _bench(model, tokenizer, dataset: str, settings: BenchSettings, args, meta: 
         return _scaling(model, ids, args, dataset)
     bar = tqdm(total=len(ids), desc=dataset, file=sys.stderr, disable=args.no_progress)
     setup: dict[str, float] = {}
-    records = run_bench(model, ids, settings, prompt_ids=[p.prompt_id for p in prompts], on_prompt=lambda _: bar.update(),
-                        setup_s=setup)
+    records = run_bench(model, ids, settings, prompt_ids=[p.prompt_id for p in prompts], tasks=[p.task for p in prompts],
+                        on_prompt=lambda _: bar.update(), setup_s=setup)
     bar.close()
-    summaries = summarize(records)
-    print(f"\n{dataset}: jacobi m={settings.block_size}, plookup k={settings.lookup_tokens}, "
+    summaries, board = summarize(records), leaderboard(records)
+    print(f"\n{dataset}: {len(prompts)} prompts, jacobi m={settings.block_size}, hf_plookup k={settings.lookup_tokens}, "
           f"max_new_tokens={settings.max_new_tokens}, attention_backend={settings.attention_backend}")
-    print(markdown_table(summaries, dataset))
-    print("one-time set-up, s (first call; compilation and capture for compiled rows, not in the table): "
+    if len(board[0].tasks) > 1:
+        print(leaderboard_markdown(board) + "\n")
+    print(markdown_tables(summaries))
+    print("one-time set-up, s (first call; compilation and capture for compiled rows, not in the tables): "
           + ", ".join(f"{label} {seconds:.1f}" for label, seconds in setup.items()))
     for r in records:
         if not r.match:
             print(f"WARNING: {r.method} output differs from greedy on prompt {r.prompt_id}")
-    paths = save_results(Path(args.out) / dataset, records, summaries, dict(meta, dataset=dataset, setup_s=setup))
-    print(f"saved {paths[0]} and {paths[1]}")
+    stem = Path(args.out) / _stem(dataset)
+    extra = {"leaderboard": leaderboard_dicts(board), "leaderboard_reference": REFERENCE_SOURCE}
+    paths = save_results(stem, records, summaries, dict(meta, dataset=dataset, setup_s=setup), extra)
+    board_csv = save_leaderboard_csv(board, stem.with_name(stem.name + "_leaderboard.csv"))
+    print(f"saved {paths[0]}, {paths[1]} and {board_csv}")
+
+
+def _context_length(model, tokenizer, datasets: list[str], settings: BenchSettings, args, meta: dict) -> None:
+    from .context import context_title, plot_context, run_context_study, save_context
+
+    prompts = [p for d in datasets for p in load_prompts(d)]
+    points = run_context_study(model, tokenizer, prompts, settings, count=args.limit,
+                               progress=not args.no_progress)
+    figure = Path(args.figure) if args.figure else Path(args.out) / "context_length.png"
+    json_path = save_context(Path(args.out) / "context_length.json", points, dict(meta, datasets=datasets))
+    plot_context(points, figure, context_title(meta, points))
+    print(f"saved {json_path} and {figure}")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load SmolLM2, run the benchmark (or agreement / scaling) on each dataset, print and save."""
+    """Load SmolLM2, run the benchmark (or agreement / scaling / context length) on each dataset, print and save."""
     from ..models import load_default_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    datasets = _names(args.dataset, DATASETS, ["math"])
-    methods = _names(args.method, METHODS, ["lookahead"])
+    datasets = _names(args.dataset, canonical_dataset, ["specbench" if args.context_length else "gsm8k"])
+    methods = _names(args.method, canonical_method, ["lookahead"])
+    args.out = str(args.out or default_out())
     W = args.window
     configs = tuple(args.config or [LookaheadConfig(W, args.ngram, W if args.candidates is None else args.candidates)])
     settings = BenchSettings(tuple(methods), configs, args.block_size or configs[0].window_size, args.lookup_tokens,
                              args.max_new_tokens, attention_backend=args.attention_backend,
                              compile_mode=None if args.compile_mode == "none" else args.compile_mode)
     model, tokenizer = load_default_model(args.device, DTYPES.get(args.dtype))
-    device = model.device
-    print(f"model SmolLM2-135M-Instruct on {device} ({_machine(device)}, {model.dtype}); torch {torch.__version__}, "
-          f"transformers {transformers.__version__}")
-    meta = {"command": "python -m ladref " + " ".join(sys.argv[1:]), "device": str(device), "machine": _machine(device),
-            "dtype": str(model.dtype).removeprefix("torch."), "torch": torch.__version__,
-            "transformers": transformers.__version__, "autotune": None}
+    meta = dict(run_meta(model), autotune=None)
+    print(f"model SmolLM2-135M-Instruct on {meta['device']} ({meta['machine']}, {meta['dtype']}); torch {meta['torch']}, "
+          f"transformers {meta['transformers']}; results to {args.out}")
     if args.cost:
         return run_cost(model, args, meta)
     if args.agreement:
         _agreement(model, datasets, tokenizer, settings, args, meta)
+        return 0
+    if args.context_length:
+        _context_length(model, tokenizer, datasets, settings, args, meta)
         return 0
     if args.autotune and not args.scaling:
         tuned, meta["autotune"] = _autotune(model, tokenizer, datasets, args)

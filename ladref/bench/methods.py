@@ -3,9 +3,13 @@
 * ``greedy``, ``jacobi``, ``lookahead``: ladref's eager decoders (one row per lookahead config);
 * ``compiled_greedy``, ``compiled_lookahead``: `ladref.CompiledDecoder`, constant-shape steps
   over a static cache, captured once (``torch.compile(mode="reduce-overhead")``);
-* ``generate``, ``generate_static``, ``plookup``: transformers' ``generate()`` greedy, with a
-  static cache (which transformers compiles itself on CUDA), and prompt lookup
-  (`ladref.bench.hf`), run with transformers' own attention dispatch.
+* ``generate``, ``generate_static``, ``hf_plookup``: transformers' ``generate()`` greedy, with a
+  static cache (which transformers compiles itself on CUDA), and transformers' prompt lookup
+  (`ladref.bench.hf`), run with transformers' own attention dispatch. ``plookup`` is accepted as
+  an alias of ``hf_plookup`` (`METHOD_ALIASES`).
+
+A row's label is its method name, followed by its lookahead config for the lookahead rows
+("lookahead 15/5/15"); `method_name` reads the method back from a label.
 """
 
 from __future__ import annotations
@@ -23,13 +27,40 @@ from ..lookahead import lookahead_decode
 from ..results import DecodeResult
 from .hf import generate_decode, prompt_lookup_decode
 
-METHODS = ("greedy", "generate", "generate_static", "plookup", "jacobi", "lookahead", "compiled_greedy", "compiled_lookahead")
+METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "compiled_greedy", "compiled_lookahead")
+METHOD_ALIASES = {"plookup": "hf_plookup"}
+"""Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
 
 
 def config_label(config: LookaheadConfig) -> str:
     """"W/N/G", e.g. "15/5/15"."""
     return f"{config.window_size}/{config.ngram_size}/{config.max_candidates}"
+
+
+def canonical_method(name: str) -> str:
+    """The method's name for `name` ("plookup" -> "hf_plookup").
+
+    Raises:
+        ValueError: an unknown method, listing the valid names.
+    """
+    name = METHOD_ALIASES.get(name, name)
+    if name not in METHODS:
+        aliases = ", ".join(f"{a} = {m}" for a, m in METHOD_ALIASES.items())
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} (aliases: {aliases})")
+    return name
+
+
+def method_name(label: str) -> str:
+    """The method of a row label, aliases resolved: "lookahead 15/5/15" -> "lookahead", "plookup" -> "hf_plookup"."""
+    name = label.split(" ", 1)[0]
+    return METHOD_ALIASES.get(name, name)
+
+
+def canonical_label(label: str) -> str:
+    """A row label with its method's alias resolved ("plookup" -> "hf_plookup"; configs kept)."""
+    name, sep, rest = label.partition(" ")
+    return METHOD_ALIASES.get(name, name) + sep + rest
 
 
 @dataclass(frozen=True)
@@ -73,9 +104,9 @@ def _compiled(model, config, max_length, mode, backend) -> BenchMethod:
 
 def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], model: torch.nn.Module, max_length: int, *,
                   block_size: int, lookup_tokens: int, attention_backend: str, compile_mode: str | None) -> list[BenchMethod]:
-    """The rows for `methods` (lookahead ones once per config), in order."""
+    """The rows for `methods` (lookahead ones once per config), in order; aliases are accepted."""
     backend, rows = attention_backend, []
-    for method in methods:
+    for method in map(canonical_method, methods):
         if method == "greedy":
             run = lambda m, ids, n: greedy_decode(m, ids, n, attention_backend=backend)  # noqa: E731
             rows.append(BenchMethod("greedy", "greedy", None, run, _first_call(run)))
@@ -83,9 +114,9 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
             cache = "static" if method == "generate_static" else None
             run = lambda m, ids, n, cache=cache: generate_decode(m, ids, n, cache_implementation=cache)  # noqa: E731
             rows.append(BenchMethod(method, "greedy", None, run, _longest_call(run) if cache else _first_call(run)))
-        elif method == "plookup":
+        elif method == "hf_plookup":
             run = lambda m, ids, n: prompt_lookup_decode(m, ids, n, prompt_lookup_num_tokens=lookup_tokens)  # noqa: E731
-            rows.append(BenchMethod("plookup", "plookup", None, run, _first_call(run)))
+            rows.append(BenchMethod("hf_plookup", "plookup", None, run, _first_call(run)))
         elif method == "jacobi":
             run = lambda m, ids, n: jacobi_decode(m, ids, n, block_size=block_size, attention_backend=backend)  # noqa: E731
             rows.append(BenchMethod("jacobi", "jacobi", None, run, _first_call(run)))

@@ -1,4 +1,10 @@
-"""Aggregate benchmark records and write them as Markdown, JSON and CSV."""
+"""Aggregate benchmark records and write them as Markdown, JSON and CSV.
+
+A run is shown as two narrow tables rather than one wide one: `speed_table` (S, tokens/s, the
+speedups, identical outputs) and `cost_table` (steps, time and FLOPs per step, memory); the files
+hold every field. Spec-Bench's
+per-task leaderboard layout is `ladref.bench.leaderboard`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .measure import PromptRecord
+from .methods import canonical_label
 
 
 @dataclass(frozen=True)
@@ -25,9 +32,11 @@ class MethodSummary:
         speedup: ladref greedy's total wall time / this method's, same prompts, same run.
         speedup_vs_generate: transformers' greedy generate()'s total wall time / this method's
             (None without a "generate" run).
-        speedup_vs_plookup: prompt lookup's total wall time / this method's (None without plookup).
+        speedup_vs_plookup: transformers' prompt lookup's (row "hf_plookup") total wall time / this
+            method's (None without that row).
         flops_ratio: estimated decoding FLOPs / greedy's.
         match_rate: fraction of prompts whose output equals greedy's.
+        identical: prompts whose output equals greedy's.
         peak_mem_mib: the largest `PromptRecord.peak_mem_mib`.
         gflops_per_step: estimated decoding GFLOPs per step (`ladref.bench.flops`).
         ms_per_step: total wall time / steps (the prefill is included in the wall time).
@@ -47,6 +56,7 @@ class MethodSummary:
     peak_mem_mib: float
     gflops_per_step: float
     ms_per_step: float
+    identical: int
 
 
 def summarize(records: Sequence[PromptRecord]) -> list[MethodSummary]:
@@ -69,12 +79,13 @@ def summarize(records: Sequence[PromptRecord]) -> list[MethodSummary]:
             tokens_per_second=tokens / wall[m] if wall[m] > 0 else 0.0,
             speedup=wall["greedy"] / wall[m] if wall[m] > 0 else 0.0,
             speedup_vs_generate=wall["generate"] / wall[m] if "generate" in wall and wall[m] > 0 else None,
-            speedup_vs_plookup=wall["plookup"] / wall[m] if "plookup" in wall and wall[m] > 0 else None,
+            speedup_vs_plookup=wall["hf_plookup"] / wall[m] if "hf_plookup" in wall and wall[m] > 0 else None,
             flops_ratio=flops[m] / flops["greedy"] if flops["greedy"] else 0.0,
             match_rate=sum(r.match for r in rows) / len(rows),
             peak_mem_mib=max(r.peak_mem_mib for r in rows),
             gflops_per_step=flops[m] / steps / 1e9 if steps else 0.0,
             ms_per_step=1e3 * wall[m] / steps if steps else 0.0,
+            identical=sum(r.match for r in rows),
         ))
     return summaries
 
@@ -83,23 +94,45 @@ def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}{unit}"
 
 
-def markdown_table(summaries: Sequence[MethodSummary], label: str = "") -> str:
-    """A Markdown table of the summaries (one row per method)."""
-    head = ("| dataset | method | prompts | tokens | steps | S | tok/s | speedup vs greedy | speedup vs generate "
-            "| speedup vs plookup | GFLOP/step | ms/step | FLOPs ratio | match rate | peak mem (MiB) |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for s in summaries:
-        lines.append(
-            f"| {label} | {s.method} | {s.prompts} | {s.tokens} | {s.steps} | {s.compression:.2f} | "
-            f"{s.tokens_per_second:.1f} | {s.speedup:.2f}x | {_fmt(s.speedup_vs_generate, 'x')} | {_fmt(s.speedup_vs_plookup, 'x')} | "
-            f"{s.gflops_per_step:.2f} | {s.ms_per_step:.1f} | {s.flops_ratio:.1f} | {s.match_rate:.0%} | {s.peak_mem_mib:.0f} |"
-        )
-    return "\n".join(lines)
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], datasets: Sequence[str] | None = None) -> str:
+    if datasets is not None:
+        header, rows = ["dataset", *header], [[d, *row] for d, row in zip(datasets, rows, strict=True)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def speed_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
+    """Markdown: method, S, tokens/s, speedups, identical outputs / prompts (one row per method).
+
+    The "vs generate" and "vs hf_plookup" columns appear only when the run has that row; with
+    `datasets` (one label per summary), a first "dataset" column holds them.
+    """
+    extra = [(title, key) for title, key in (("vs generate", "speedup_vs_generate"), ("vs hf_plookup", "speedup_vs_plookup"))
+             if any(getattr(s, key) is not None for s in summaries)]
+    header = ["method", "S", "tok/s", "speedup vs greedy", *(t for t, _ in extra), "identical to greedy"]
+    rows = [[s.method, f"{s.compression:.2f}", f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
+             *(_fmt(getattr(s, key), "x") for _, key in extra), f"{s.identical}/{s.prompts}"] for s in summaries]
+    return _table(header, rows, datasets)
+
+
+def cost_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
+    """Markdown: method, steps, ms/step, GFLOP/step, FLOPs ratio, peak memory (`datasets` as in `speed_table`)."""
+    header = ["method", "steps", "ms/step", "GFLOP/step", "FLOPs ratio", "peak mem (MiB)"]
+    rows = [[s.method, str(s.steps), f"{s.ms_per_step:.1f}", f"{s.gflops_per_step:.2f}",
+             f"{s.flops_ratio:.1f}", f"{s.peak_mem_mib:.0f}"] for s in summaries]
+    return _table(header, rows, datasets)
+
+
+def markdown_tables(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
+    """`speed_table` and `cost_table`, one after the other."""
+    return f"Speed:\n\n{speed_table(summaries, datasets)}\n\nCost:\n\n{cost_table(summaries, datasets)}"
 
 
 def save_results(path_stem: str | Path, records: Sequence[PromptRecord], summaries: Sequence[MethodSummary],
-                 meta: dict | None = None) -> tuple[Path, Path]:
+                 meta: dict | None = None, extra: dict | None = None) -> tuple[Path, Path]:
     """Write ``<stem>.json`` (meta, summary, per-prompt records) and ``<stem>.csv`` (per-prompt rows).
+
+    `extra` adds top-level keys to the JSON (e.g. "leaderboard").
 
     Returns:
         (json path, csv path); parent folders are created.
@@ -108,7 +141,7 @@ def save_results(path_stem: str | Path, records: Sequence[PromptRecord], summari
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".csv")
     rows = [dict(asdict(r), tokens_per_second=r.tokens_per_second) for r in records]
-    payload = {"meta": meta or {}, "summary": [asdict(s) for s in summaries], "records": rows}
+    payload = {"meta": meta or {}, "summary": [asdict(s) for s in summaries], **(extra or {}), "records": rows}
     json_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     with csv_path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["prompt_id"])
@@ -118,9 +151,14 @@ def save_results(path_stem: str | Path, records: Sequence[PromptRecord], summari
 
 
 def load_summaries(path: str | Path) -> tuple[dict, list[MethodSummary]]:
-    """(meta, summaries) of a saved ``<dataset>.json`` (files from before a field existed get its default)."""
+    """(meta, summaries) of a saved ``<dataset>.json``.
+
+    Files from before a field existed get its value (`identical` from the match rate) or None;
+    former method names are read as today's ("plookup" -> "hf_plookup").
+    """
     payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    rows = [MethodSummary(**{"speedup_vs_generate": None, **row}) for row in payload["summary"]]
+    rows = [MethodSummary(**{"speedup_vs_generate": None, "identical": round(row["match_rate"] * row["prompts"]),
+                             **row, "method": canonical_label(row["method"])}) for row in payload["summary"]]
     return payload.get("meta", {}), rows
 
 
@@ -154,23 +192,36 @@ def plot_speedups(tables: dict[str, list[MethodSummary]], path: str | Path, titl
 
 
 def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
-    """Markdown for a results folder: the machine, one table per dataset, set-up costs, agreement, chart.
+    """Markdown for a results folder: the machine, a speed and a cost table over all datasets, set-up
+    costs, the leaderboard of each run that has one, agreement and a chart.
 
     Reads every ``<dataset>.json`` of the folder (and ``agreement_<dtype>.json`` files); writes the
-    chart next to them when there are tables with a "generate" baseline.
+    chart next to them when there are tables with a "generate" baseline. Datasets are shown under
+    their current names ("math" files as gsm8k).
     """
+    from .datasets import DATASET_ALIASES
+    from .leaderboard import leaderboard_from_dicts, leaderboard_markdown
+
     folder = Path(folder)
-    tables, lines = {}, []
-    for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling"))):
+    tables, lines, setup, boards = {}, [], [], []
+    for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling", "context"))):
         meta, rows = load_summaries(path)
-        tables[meta.get("dataset", path.stem)] = rows
+        dataset = DATASET_ALIASES.get(meta.get("dataset", path.stem), meta.get("dataset", path.stem))
+        tables[dataset] = rows
         if len(tables) == 1:
             lines += [f"Measured on **{meta.get('machine', '?')}**, {meta.get('dtype', '?')}, torch {meta.get('torch', '?')}, "
                       f"transformers {meta.get('transformers', '?')}; command: `{meta.get('command', '?')}`.", ""]
-        lines += [markdown_table(rows, meta.get("dataset", path.stem)), ""]
         if meta.get("setup_s"):
-            lines += ["One-time set-up, seconds (not in the table): " + ", ".join(
-                f"{k} {v:.1f}" for k, v in meta["setup_s"].items()) + ".", ""]
+            setup.append(f"{dataset}: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["setup_s"].items()))
+        board = json.loads(path.read_text(encoding="utf-8")).get("leaderboard")
+        if board and len(board[0]["tasks"]) > 1:
+            boards += [f"Leaderboard, {dataset}:", "", leaderboard_markdown(leaderboard_from_dicts(board)), ""]
+    if tables:
+        labels = [d for d, rows in tables.items() for _ in rows]
+        lines += [markdown_tables([s for rows in tables.values() for s in rows], labels), ""]
+    if setup:
+        lines += ["One-time set-up, seconds (not in the tables): " + "; ".join(setup) + ".", ""]
+    lines += boards
     for path in sorted(folder.glob("agreement_*.json")):
         lines += agreement_lines(json.loads(path.read_text(encoding="utf-8")))
     if any(s.speedup_vs_generate for rows in tables.values() for s in rows):

@@ -1,0 +1,55 @@
+"""What a results file records about its run: the machine, the versions, the command, the commit,
+and where results go by default."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+
+def default_out() -> Path:
+    """A fresh results folder, ``runs/bench-YYYYmmdd-HHMMSS`` (never the committed ``benchmarks/results``)."""
+    return Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
+
+
+def machine(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model name and torch's thread count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} torch threads"
+
+
+def git_commit() -> str | None:
+    """The ladref checkout's commit ("+ changes" when tracked files differ from it); None outside a git checkout."""
+    folder = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + (" + changes" if dirty.stdout.strip() else "")
+
+
+def run_meta(model: torch.nn.Module) -> dict:
+    """The command line, device, machine, dtype, torch / transformers versions and git commit."""
+    device = next(model.parameters()).device
+    return {"command": "python -m ladref " + " ".join(sys.argv[1:]), "device": str(device), "machine": machine(device),
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "torch": torch.__version__,
+            "transformers": transformers.__version__, "git_commit": git_commit()}
