@@ -16,7 +16,7 @@ import torch
 
 from .call import DecodeCall, TokenSink, vocab_size
 from .config import LookaheadConfig
-from .cost import CostCache, CostModel
+from .cost import DEFAULT_KV_LENGTHS, CostCache, CostModel, default_widths
 from .lookahead import LookaheadProposer
 from .policy import DraftPolicy
 from .prompt_lookup import PromptLookupProposer
@@ -37,6 +37,15 @@ def default_proposers(model: torch.nn.Module, window: LookaheadConfig | None = D
     if window is not None:
         sources.append(LookaheadProposer(window))
     return sources + [RecyclingProposer(vocab_size(model))]
+
+
+def kv_lengths_for(model: torch.nn.Module) -> tuple[int, ...]:
+    """The default KV lengths to measure at that fit the model's context (with the widest step)."""
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if limit is None:
+        return DEFAULT_KV_LENGTHS
+    room = limit - max(default_widths(next(model.parameters()).device)) - 8
+    return tuple(kv for kv in DEFAULT_KV_LENGTHS if kv <= room) or (max(room // 2, 1),)
 
 
 def run_adaptive(runner: Runner, prompt: torch.Tensor, proposers: Sequence[Proposer], policy: DraftPolicy, sink: TokenSink,
@@ -97,7 +106,7 @@ class AdaptiveDecoder:
         self.model, self.runner, self.attention_backend = model, runner, attention_backend
         self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
         if cost is None:
-            cost = (cache or CostCache()).get(model, runner, attention_backend=attention_backend)
+            cost = (cache or CostCache()).get(model, runner, kv_lengths=kv_lengths_for(model), attention_backend=attention_backend)
         self.cost, self.keep_learning = cost, keep_learning
         self.widths = getattr(runner, "widths", None)
         self.policy = DraftPolicy(cost, self.widths)

@@ -17,7 +17,7 @@ from strategies import hf_greedy, tiny_model
 from ladref import LookaheadConfig, greedy_decode
 from ladref.bench.benchmark import _names, parse_config
 from ladref.bench.datasets import canonical_dataset
-from ladref.bench.hf import prompt_lookup_decode
+from ladref.bench.hf import hf_prompt_lookup_decode
 from ladref.bench.measure import BenchSettings, PromptRecord, run_bench
 from ladref.bench.methods import canonical_label, canonical_method, method_name
 from ladref.bench.report import (
@@ -179,8 +179,8 @@ def test_command_line_names_and_defaults(tmp_path):
 @pytest.mark.parametrize("arch,vocab,seed", [("llama", 8, 1), ("gpt2", 16, 2)])
 def test_prompt_lookup_matches_greedy_and_counts_steps(arch, vocab, seed):
     model, prompt = tiny_model(arch, vocab, seed), [1, 2, 3, 1, 2, 3, 1, 2]
-    result = prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=4)
-    assert result.token_ids == hf_greedy(model, prompt, 20) and result.method == "plookup"
+    result = hf_prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=4)
+    assert result.token_ids == hf_greedy(model, prompt, 20) and result.method == "hf_plookup"
     stats = result.stats
     assert stats.new_tokens == 20 and stats.prefill_tokens == len(prompt) - 1
     assert len(stats.accepted_per_step) == stats.steps
@@ -192,11 +192,11 @@ def test_prompt_lookup_stops_at_eos_like_greedy():
     model, prompt = tiny_model("llama", 8, 1), [1, 2, 3, 1, 2, 3, 1, 2]
     eos = greedy_decode(model, prompt, 20).token_ids[5]
     expected = greedy_decode(model, prompt, 20, eos_token_id=eos).token_ids
-    result = prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=3, eos_token_id=eos)
+    result = hf_prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=3, eos_token_id=eos)
     assert result.token_ids == expected and result.token_ids[-1] == eos
     assert result.stats.new_tokens == len(expected)
     with pytest.raises(ValueError, match="prompt_lookup_num_tokens must be >= 1"):
-        prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=0)
+        hf_prompt_lookup_decode(model, prompt, 20, prompt_lookup_num_tokens=0)
 
 
 def test_scaling_sweep_and_plot(tmp_path):
@@ -377,3 +377,15 @@ def test_context_study_on_a_tiny_model(tmp_path):
     path = save_context(tmp_path / "ctx.json", points, {"machine": "test"})
     assert load_context(path) == ({"machine": "test"}, points)
     assert plot_context(points, tmp_path / "ctx.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tree_decoder_rows_match_greedy_and_are_charged_for_every_logit():
+    settings = BenchSettings(("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive"),
+                             LookaheadConfig(3, 3, 3), lookup_tokens=4, max_new_tokens=16)
+    records = run_bench(tiny_model("llama", 8, 1), PROMPTS * 2, settings)
+    assert {r.method for r in records} == {"greedy", "prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive"}
+    assert all(r.match for r in records)
+    by = {(r.prompt_id, r.method): r for r in records}
+    for p in ("0", "1", "2", "3"):  # a q-token tree step reads q logits: at least greedy's FLOPs per step
+        assert by[(p, "recycling")].flops >= by[(p, "recycling")].steps * by[(p, "greedy")].flops / by[(p, "greedy")].steps * 0.5
+    assert by[("2", "recycling_warm")].steps <= by[("2", "recycling")].steps  # the warm matrix knows prompt 0's text

@@ -42,10 +42,10 @@ def test_glossary_names_are_real():
                                           ("N", "ngram_size", "LEVEL", "max_ngram_size"),
                                           ("G", "max_candidates", "GUESS_SET_SIZE", "max_verification_set_size")):
         assert f"| {symbol} | `LookaheadConfig.{field}` | `{reference}` | `{trt}` |" in glossary
-    from ladref.bench.hf import prompt_lookup_decode
+    from ladref.bench.hf import hf_prompt_lookup_decode
 
     for name in ("prompt_lookup_num_tokens", "max_matching_ngram_size"):  # the wrapper keeps transformers' names
-        assert name in inspect.signature(prompt_lookup_decode).parameters and f"`{name}`" in glossary
+        assert name in inspect.signature(hf_prompt_lookup_decode).parameters and f"`{name}`" in glossary
     fields = {f.name for f in dataclasses.fields(LookaheadConfig)}
     for name in re.findall(r"`LookaheadConfig\.(\w+)", glossary):
         assert name in fields or hasattr(LookaheadConfig, name), name

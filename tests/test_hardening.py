@@ -13,13 +13,13 @@ from ladref import (
     lookahead_decode,
     sample_decode,
 )
-from ladref.bench.hf import prompt_lookup_decode
+from ladref.bench.hf import hf_prompt_lookup_decode
 
 DECODERS = {
     "greedy": greedy_decode,
     "jacobi": jacobi_decode,
     "lookahead": lookahead_decode,
-    "plookup": prompt_lookup_decode,
+    "hf_plookup": hf_prompt_lookup_decode,
     "sample": lambda model, ids, **kw: sample_decode(model, ids, generator=torch.Generator().manual_seed(0), **kw),
 }
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]

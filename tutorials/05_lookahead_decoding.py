@@ -129,5 +129,5 @@ plt.show()
 #    Where do the green tokens come from in each case?
 # 3. Sweep W in (1, 2, 4, 8) with G = W and N = 4. Plot S and the wall-clock speedup
 #    against W. Where does the speedup peak on your machine?
-# 4. Compare with prompt lookup decoding (`ladref.bench.hf.prompt_lookup_decode`) on the same
+# 4. Compare with prompt lookup decoding (`ladref.bench.hf.hf_prompt_lookup_decode`) on the same
 #    prompt: which tokens does each method get for free?

@@ -12,6 +12,6 @@ lookup as a peer decoder), `datasets` (HumanEval, MT-bench, GSM8K and Spec-Bench
 """
 
 from .datasets import DATASETS, Prompt, encode_prompts, load_prompts
-from .hf import generate_decode, prompt_lookup_decode
+from .hf import generate_decode, hf_prompt_lookup_decode
 
-__all__ = ["DATASETS", "Prompt", "encode_prompts", "generate_decode", "load_prompts", "prompt_lookup_decode"]
+__all__ = ["DATASETS", "Prompt", "encode_prompts", "generate_decode", "load_prompts", "hf_prompt_lookup_decode"]

@@ -32,7 +32,7 @@ import torch
 from ..config import LookaheadConfig, check_int
 from ..results import DecodeStats
 
-FLOPS_METHODS = ("greedy", "jacobi", "lookahead", "plookup")
+FLOPS_METHODS = ("greedy", "jacobi", "lookahead", "plookup", "tree")
 """Decoders whose steps the FLOPs model can replay (`ladref.bench.measure` benchmarks these and more)."""
 
 
@@ -185,11 +185,12 @@ def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: Loo
     The context of step i is the prefill plus every token accepted before it; its width q is
     ``stats.forward_tokens_per_step[i]`` (so a lookahead step with g < G candidates is charged
     for g). "plookup" steps are charged as q-token passes with all q logits, since transformers'
-    prompt lookup verifies q-1 drafted tokens and reads every logit.
+    prompt lookup verifies q-1 drafted tokens and reads every logit; so are "tree" steps (native
+    prompt lookup, Token Recycling, adaptive decoding: every fed token's logits are read).
 
     Args:
         shape: the model's `ModelShape`.
-        stats: the `DecodeStats` of a greedy / jacobi / lookahead / plookup call.
+        stats: the `DecodeStats` of a greedy / jacobi / lookahead / plookup / tree call.
         method: which decoder produced `stats` (decides the logits kept per step).
         config: the W, N, G used, for "lookahead".
     """
@@ -208,11 +209,12 @@ def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: Loo
             per_step.append(whole - prefill)  # the last prompt token's share of the whole-prompt pass
             context += accepted
             continue
-        if method == "lookahead":
-            W, N = config.window_size, config.ngram_size
-            k = 1 + W + (q // (N - 1) - W) * (N - 1)
+        if method == "lookahead":  # the current token, the window's newest row (when fed) and the draft tree
+            fed_window = stats.window_tokens_per_step[index] if stats.window_tokens_per_step else q - 1
+            drafts = stats.draft_tokens_per_step[index] if stats.draft_tokens_per_step else q - (config.ngram_size - 1) * config.window_size
+            k = 1 + (config.window_size if fed_window else 0) + drafts
         else:
-            k = q if method in ("jacobi", "plookup") else 1
+            k = q if method in ("jacobi", "plookup", "tree") else 1
         per_step.append(forward_flops(shape, q, context, k))
         context += accepted
     return FlopsReport(prefill, tuple(per_step))

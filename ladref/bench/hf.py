@@ -3,7 +3,7 @@
 * `generate_decode`: ``model.generate(do_sample=False)``, plain greedy decoding as a user of
   transformers runs it (with ``cache_implementation="static"``, transformers compiles the forward
   pass itself on CUDA: the compiled greedy baseline);
-* `prompt_lookup_decode`: ``generate(prompt_lookup_num_tokens=k)``, which drafts up to k tokens
+* `hf_prompt_lookup_decode`: ``generate(prompt_lookup_num_tokens=k)``, which drafts up to k tokens
   by matching the last n-gram of the text against the prompt (and the output so far) and
   verifies them in one forward pass; like lookahead decoding it reproduces greedy output (up to
   floating point ties), with no extra model.
@@ -161,7 +161,7 @@ def generate_decode(
                         streamer=streamer, attention_backend=attention_backend)
 
 
-def prompt_lookup_decode(
+def hf_prompt_lookup_decode(
     model: torch.nn.Module,
     input_ids: TokenIds,
     max_new_tokens: int = 64,
@@ -173,7 +173,8 @@ def prompt_lookup_decode(
     streamer: Streamer | None = None,
     attention_backend: str = "torch",
 ) -> DecodeResult:
-    """Greedy prompt-lookup decoding through ``model.generate``.
+    """Greedy prompt-lookup decoding through transformers' ``model.generate`` (the peer baseline;
+    ladref's own is `ladref.prompt_lookup_decode`).
 
     Args:
         model: a transformers causal LM.
@@ -187,10 +188,10 @@ def prompt_lookup_decode(
         attention_backend: SDPA kernel choice; default "torch", transformers as its users run it.
 
     Returns:
-        `DecodeResult` with method "plookup"; steps are generate's forward calls (see module doc).
+        `DecodeResult` with method "hf_plookup"; steps are generate's forward calls (see module doc).
     """
     check_int("prompt_lookup_num_tokens", prompt_lookup_num_tokens, 1)
     check_int("max_matching_ngram_size", max_matching_ngram_size, 1)
     extra = {"prompt_lookup_num_tokens": prompt_lookup_num_tokens, "max_matching_ngram_size": max_matching_ngram_size}
-    return run_generate(model, input_ids, max_new_tokens, "plookup", extra, extent=prompt_lookup_num_tokens, eos_token_id=eos_token_id,
+    return run_generate(model, input_ids, max_new_tokens, "hf_plookup", extra, extent=prompt_lookup_num_tokens, eos_token_id=eos_token_id,
                         tokenizer=tokenizer, streamer=streamer, attention_backend=attention_backend)

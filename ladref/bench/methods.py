@@ -3,6 +3,11 @@
 * ``greedy``, ``jacobi``, ``lookahead``: ladref's eager decoders (one row per lookahead config);
 * ``compiled_greedy``, ``compiled_lookahead``: `ladref.CompiledDecoder`, constant-shape steps
   over a static cache, captured once (``torch.compile(mode="reduce-overhead")``);
+* ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
+  ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
+  ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
+  matrix kept across the benchmark's prompts, the paper's warm start), ``adaptive`` (the draft
+  policy on the cost curve measured in its set-up): the tree decoders of `ladref`;
 * ``generate``, ``generate_static``, ``hf_plookup``: transformers' ``generate()`` greedy, with a
   static cache (which transformers compiles itself on CUDA), and transformers' prompt lookup
   (`ladref.bench.hf`), run with transformers' own attention dispatch. ``plookup`` is accepted as
@@ -19,15 +24,20 @@ from dataclasses import dataclass
 
 import torch
 
+from ..adaptive import AdaptiveDecoder
 from ..compiled import CompiledDecoder
 from ..config import LookaheadConfig
+from ..cost import CostCache
 from ..greedy import greedy_decode
 from ..jacobi import jacobi_decode
 from ..lookahead import lookahead_decode
+from ..prompt_lookup import prompt_lookup_decode
+from ..recycling import RecyclingProposer, recycling_decode
 from ..results import DecodeResult
-from .hf import generate_decode, prompt_lookup_decode
+from .hf import generate_decode, hf_prompt_lookup_decode
 
-METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "compiled_greedy", "compiled_lookahead")
+METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
+           "recycling", "recycling_warm", "adaptive", "compiled_greedy", "compiled_lookahead")
 METHOD_ALIASES = {"plookup": "hf_plookup"}
 """Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
@@ -102,20 +112,42 @@ def _compiled(model, config, max_length, mode, backend) -> BenchMethod:
     return BenchMethod(label, kind, config, lambda m, ids, n: decoder(ids, n), lambda m, prompts, n: decoder.warmup())
 
 
+def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend: str, cache: CostCache) -> BenchMethod:
+    """A row of one of ladref's tree decoders (every fed token's logits read: FLOPs kind "tree")."""
+    if method == "prompt_lookup":
+        run = lambda m, ids, n: prompt_lookup_decode(m, ids, n, draft_len=lookup_tokens, attention_backend=backend)  # noqa: E731
+    elif method == "prompt_lookup_rule":
+        run = lambda m, ids, n: prompt_lookup_decode(m, ids, n, draft_len=lookup_tokens, min_ngram=3, max_ngram=3,  # noqa: E731
+                                                     attention_backend=backend)
+    elif method == "recycling":
+        run = lambda m, ids, n: recycling_decode(m, ids, n, attention_backend=backend)  # noqa: E731
+    elif method == "recycling_warm":
+        warm = RecyclingProposer.for_model(model, warm=True)
+        run = lambda m, ids, n: recycling_decode(m, ids, n, proposer=warm, attention_backend=backend)  # noqa: E731
+    else:
+        decoders: list[AdaptiveDecoder] = []
+
+        def run(m, ids, n):
+            if not decoders:  # the cost curve is measured once, in the set-up
+                decoders.append(AdaptiveDecoder(m, cache=cache, attention_backend=backend))
+            return decoders[0](ids, n)
+    return BenchMethod(method, "tree", None, run, _first_call(run))
+
+
 def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], model: torch.nn.Module, max_length: int, *,
                   block_size: int, lookup_tokens: int, attention_backend: str, compile_mode: str | None) -> list[BenchMethod]:
     """The rows for `methods` (lookahead ones once per config), in order; aliases are accepted."""
-    backend, rows = attention_backend, []
+    backend, rows, cache = attention_backend, [], CostCache()
     for method in map(canonical_method, methods):
         if method == "greedy":
             run = lambda m, ids, n: greedy_decode(m, ids, n, attention_backend=backend)  # noqa: E731
             rows.append(BenchMethod("greedy", "greedy", None, run, _first_call(run)))
         elif method in ("generate", "generate_static"):
-            cache = "static" if method == "generate_static" else None
-            run = lambda m, ids, n, cache=cache: generate_decode(m, ids, n, cache_implementation=cache)  # noqa: E731
-            rows.append(BenchMethod(method, "greedy", None, run, _longest_call(run) if cache else _first_call(run)))
+            cache_kind = "static" if method == "generate_static" else None
+            run = lambda m, ids, n, c=cache_kind: generate_decode(m, ids, n, cache_implementation=c)  # noqa: E731
+            rows.append(BenchMethod(method, "greedy", None, run, _longest_call(run) if cache_kind else _first_call(run)))
         elif method == "hf_plookup":
-            run = lambda m, ids, n: prompt_lookup_decode(m, ids, n, prompt_lookup_num_tokens=lookup_tokens)  # noqa: E731
+            run = lambda m, ids, n: hf_prompt_lookup_decode(m, ids, n, prompt_lookup_num_tokens=lookup_tokens)  # noqa: E731
             rows.append(BenchMethod("hf_plookup", "plookup", None, run, _first_call(run)))
         elif method == "jacobi":
             run = lambda m, ids, n: jacobi_decode(m, ids, n, block_size=block_size, attention_backend=backend)  # noqa: E731
@@ -124,6 +156,8 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
             for c in configs:
                 run = lambda m, ids, n, c=c: lookahead_decode(m, ids, n, config=c, attention_backend=backend)  # noqa: E731
                 rows.append(BenchMethod(f"lookahead {config_label(c)}", "lookahead", c, run, _first_call(run)))
+        elif method in ("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive"):
+            rows.append(_tree_rows(method, model, lookup_tokens, backend, cache))
         elif method == "compiled_greedy":
             rows.append(_compiled(model, None, max_length, compile_mode, backend))
         else:
