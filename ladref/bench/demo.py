@@ -1,10 +1,11 @@
-"""``python -m ladref demo``: greedy vs lookahead decoding on the embedded SmolLM2 model.
+"""``python -m ladref demo``: greedy, lookahead and adaptive decoding on the embedded SmolLM2 model.
 
-Decodes one prompt both ways and explains what it measured: the output (identical), how many
-tokens each step accepted (a histogram), the compression S, the FLOPs spent, the time ratio,
-and what that ratio means on this hardware: the cost of one wide step against one narrow step
-measured here (the auto-tuner's cost model), and the GPU figures committed in
-``benchmarks/results_gpu`` when they exist.
+Measures this machine's step-cost curve t(q) first, decodes one prompt three ways and explains
+what it measured: the output (identical), how many tokens each lookahead step accepted (a
+histogram), the compression S, the FLOPs spent, the time ratios, what the lookahead ratio means
+on this hardware (the cost of one wide step against one narrow step), and why adaptive
+decoding fed what it fed (the cost curve and the acceptance it learned). The GPU figures
+committed in ``benchmarks/results_gpu`` are quoted when they exist.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from pathlib import Path
 
 import torch
 
+from ..adaptive import AdaptiveDecoder
 from ..config import LookaheadConfig
+from ..cost import CostModel
 from ..greedy import greedy_decode
 from ..lookahead import lookahead_decode
 from ..models import chat_ids, load_default_model
 from ..results import DecodeResult
-from .autotune import measure_forward_cost
 from .flops import ModelShape, decode_flops
 
 DEFAULT_PROMPT = "Write a Python class for a stack with push, pop and peek methods."
@@ -64,38 +66,57 @@ def gpu_expectation(config: LookaheadConfig) -> str:
             "(benchmarks/run_gpu.sh makes them)")
 
 
-def verdict(model, result: DecodeResult, cost: dict[int, float]) -> str:
+def verdict(model, result: DecodeResult, cost: CostModel) -> str:
     """What the time ratio means here: S against the cost of a wide step in narrow steps."""
-    q = round(result.stats.mean_forward_tokens)
-    ratio, s = cost[q] / cost[1], result.stats.compression
+    q = min(round(result.stats.mean_forward_tokens), cost.max_width)
+    ratio, s = cost.relative(q), result.stats.compression
     expect = s / ratio
     line = (f"on this {model.device.type.upper()}: a {q}-token step costs {ratio:.1f} one-token steps "
-            f"(t({q}) = {1e3 * cost[q]:.0f} ms, t(1) = {1e3 * cost[1]:.0f} ms), so lookahead wins only where S > {ratio:.1f}; "
-            f"with S = {s:.2f} expect about {expect:.2f}x.")
+            f"(t({q}) = {1e3 * cost.time(q):.0f} ms, t(1) = {1e3 * cost.time(1):.0f} ms), so lookahead wins only where "
+            f"S > {ratio:.1f}; with S = {s:.2f} expect about {expect:.2f}x.")
     if expect < 1:
-        return line + " Here greedy decoding is the faster choice; `python -m ladref bench --autotune` measures it."
+        return line + " Here fixed-width lookahead is slower than greedy decoding."
     return line + " Here lookahead decoding pays off."
 
 
+def adaptive_reasons(decoder: AdaptiveDecoder, result: DecodeResult) -> str:
+    """Two lines: the cost curve it weighed, and the acceptance it learned (and what it then fed)."""
+    cost, stats = decoder.cost, result.stats
+    widths = [q for q in (2, 4, 8, 16, 32) if q <= cost.max_width]
+    curve = ", ".join(f"t({q}) = {cost.relative(q):.1f}" for q in widths)
+    rates = {}
+    for (source, depth, rank), rate in decoder.policy.rates.items():
+        if depth == 1 and rank == 0:
+            rates[source] = f"{source} {rate.mean:.0%} of {int(rate.reached - decoder.policy.prior[1])} checks"
+    drafted = sum(d > 0 for d in stats.draft_tokens_per_step)
+    windowed = sum(w > 0 for w in stats.window_tokens_per_step)
+    return (f"  cost here, in one-token steps: {curve}: a draft pays only if it carries about {cost.relative(widths[0]) - 1:.1f}"
+            f" more accepted tokens than none\n"
+            f"  acceptance of each source's first draft token, checked on every step: {'; '.join(rates.values()) or 'none yet'}; "
+            f"so it drafted on {drafted} of {stats.steps} steps (the window on {windowed}), {stats.mean_forward_tokens:.1f} tokens per step")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Load the model, decode the prompt both ways, explain the comparison; 0 when outputs match."""
+    """Load the model, decode the prompt three ways, explain the comparison; 0 when outputs match."""
     config = LookaheadConfig(window_size=args.window, ngram_size=args.ngram, max_candidates=args.candidates)
     model, tokenizer = load_default_model(device=args.device)
     prompt = chat_ids(tokenizer, args.prompt)
     print(f"model: SmolLM2-135M-Instruct on {model.device} ({model.dtype}), torch threads: {torch.get_num_threads()}")
     print(f"prompt: {args.prompt!r} ({prompt.shape[1]} tokens); lookahead W={config.window_size} N={config.ngram_size} "
           f"G={config.max_candidates}: up to {config.max_step_tokens()} tokens per step", flush=True)
-    greedy_decode(model, prompt, 8)  # warm-up, so neither timing pays first-call costs
-    print("[1/3] greedy decoding ...", end=" ", flush=True)
-    greedy = greedy_decode(model, prompt, args.max_new_tokens, tokenizer=tokenizer)
-    print(f"{greedy.stats.wall_time_s:.1f} s\n[2/3] lookahead decoding ...", end=" ", flush=True)
-    lookahead = lookahead_decode(model, prompt, args.max_new_tokens, config=config, tokenizer=tokenizer)
-    print(f"{lookahead.stats.wall_time_s:.1f} s\n[3/3] timing forward passes of 1 and of "
-          f"{round(lookahead.stats.mean_forward_tokens)} tokens ...", end=" ", flush=True)
+    greedy_decode(model, prompt, 8)  # warm-up, so no timing pays first-call costs
+    print("[1/4] measuring this machine's step cost t(q) ...", end=" ", flush=True)
     start = time.perf_counter()
-    cost = measure_forward_cost(model, (1, round(lookahead.stats.mean_forward_tokens)), context=prompt.shape[1] + 64, repeats=3)
-    print(f"{time.perf_counter() - start:.1f} s")
-    same = greedy.token_ids == lookahead.token_ids
+    cost = CostModel.measure(model, (1, 2, 4, 8, 16, 32), (prompt.shape[1] + args.max_new_tokens // 2,), repeats=3)
+    print(f"{time.perf_counter() - start:.1f} s\n[2/4] greedy decoding ...", end=" ", flush=True)
+    greedy = greedy_decode(model, prompt, args.max_new_tokens, tokenizer=tokenizer)
+    print(f"{greedy.stats.wall_time_s:.1f} s\n[3/4] lookahead decoding ...", end=" ", flush=True)
+    lookahead = lookahead_decode(model, prompt, args.max_new_tokens, config=config, tokenizer=tokenizer)
+    print(f"{lookahead.stats.wall_time_s:.1f} s\n[4/4] adaptive decoding ...", end=" ", flush=True)
+    decoder = AdaptiveDecoder(model, cost=cost)
+    adaptive = decoder(prompt, args.max_new_tokens, tokenizer=tokenizer)
+    print(f"{adaptive.stats.wall_time_s:.1f} s")
+    same = greedy.token_ids == lookahead.token_ids == adaptive.token_ids
     shape, g, s = ModelShape.from_model(model), greedy.stats, lookahead.stats
     flops = decode_flops(shape, s, "lookahead", config).decode / decode_flops(shape, g, "greedy").decode
     print(f"\n--- output ({s.new_tokens} tokens; identical to greedy decoding: {'yes' if same else 'NO'}) ---\n{lookahead.text}\n")
@@ -104,5 +125,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"FLOPs: lookahead computed {flops:.1f}x greedy's FLOPs for the same tokens ({s.mean_forward_tokens:.1f} tokens per step)")
     print(f"time: greedy {g.wall_time_s:.2f} s, lookahead {s.wall_time_s:.2f} s: {g.wall_time_s / s.wall_time_s:.2f}x greedy's speed")
     print(verdict(model, lookahead, cost))
+    a = adaptive.stats
+    print(f"adaptive decoding: {a.wall_time_s:.2f} s, {g.wall_time_s / a.wall_time_s:.2f}x greedy's speed on this machine "
+          f"(S = {a.compression:.2f}); why it fed what it fed:")
+    print(adaptive_reasons(decoder, adaptive))
     print(gpu_expectation(config))
     return 0 if same else 1
