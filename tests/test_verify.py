@@ -48,5 +48,8 @@ def test_accepted_tokens_follow_the_greedy_chain(data, g, n_minus_1):
     k = verdict.matched
     assert 1 <= len(verdict.tokens) == k + 1 <= n_minus_1 + 1
     assert verdict.tokens.tolist() == chain[: k + 1]  # exactly greedy's tokens
-    best_possible = max([0] + [next((j for j in range(n_minus_1) if c[j] != chain[j]), n_minus_1) for c in candidates.tolist()])
-    assert k == best_possible  # and the longest a candidate allows
+    if k:  # supplied by a candidate that follows the chain that far
+        assert candidates[verdict.best, :k].tolist() == chain[:k]
+    else:
+        assert verdict.best is None
+    assert not any(c[: k + 1] == chain[: k + 1] for c in candidates.tolist()) if k < n_minus_1 else True  # none goes further
