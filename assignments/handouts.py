@@ -95,7 +95,7 @@ def facts(task: Task, html: bool = False) -> str:
     if task.requires:
         needs = ", ".join(f"task {task_by_marker(m).number}" for m in task.requires)
         rows.append(("Builds on", f"{needs}: its public tests run your code of those, so do this task last"))
-    return "| | |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in rows)
+    return f"| Task | {task.number} |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in rows)
 
 
 def render_handout(task: Task, tests: Path = REPO / "tests", level: int = 1, html: bool = False) -> str:
