@@ -45,6 +45,9 @@ from tasks import TASKS, Task, marked_files, task_by_marker  # noqa: E402
 ROOT = HERE.parent
 TEST_TIMEOUT_S = 60.0
 TASK_TIMEOUT_S = 600.0
+# for the grading processes only: no .pyc files in the graded folders, and one torch thread (the
+# tests' models are tiny, and several threads per process oversubscribe a small machine)
+QUIET_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
 
 
 @dataclass
@@ -158,7 +161,7 @@ def record_hidden_cases(reference: Path, out: Path) -> Path | None:
     script = reference / "assignments" / "hidden" / "cases.py"
     if not script.is_file():
         return None
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(reference), str(reference / "tests")]), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(reference), str(reference / "tests")]), **QUIET_ENV)
     proc = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"recording the hidden cases from the reference failed:\n{proc.stdout}{proc.stderr}")
@@ -232,7 +235,7 @@ def grade_task(task: Task, student: Path, reference: Path, cases: Path | None, w
         "--hypothesis-profile=grading", "--test-timeout", str(test_timeout), *(["--hidden-cases", str(cases)] if cases else []),
         *(pytest_args or []),
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, [package, HERE, reference / "tests"])), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, [package, HERE, reference / "tests"])), **QUIET_ENV)
     code, output = run_pytest(cmd, work, env, task_timeout)
     records = read_report(report)
     origin = next((r["ladref"] for r in records if "ladref" in r), None)
@@ -275,16 +278,19 @@ def grade(student: Path = ROOT, markers: list[str] | None = None, *, reference: 
     return Grade(student, graded, cases is not None, time.perf_counter() - start)
 
 
-def grade_folder(submissions: Path, out: Path, markers: list[str] | None, **options) -> list[Grade]:
-    """Grade every sub-folder of `submissions`; write OUT/<name>/results.json, summary.txt and OUT/grades.csv."""
+def grade_folder(submissions: Path, out: Path, markers: list[str] | None, *, reference: Path = ROOT, hidden: bool = True,
+                 cases: Path | None = None, **options) -> list[Grade]:
+    """Grade every sub-folder of `submissions` (hidden cases recorded once, unless given); write
+    OUT/<name>/results.json, OUT/<name>/summary.txt and OUT/grades.csv."""
     folders = sorted(p for p in submissions.iterdir() if p.is_dir())
     if not folders:
         raise FileNotFoundError(f"{submissions} holds no submission folders")
     with tempfile.TemporaryDirectory(prefix="ladref-cases-") as tmp:
-        cases = record_hidden_cases(options.pop("reference", ROOT), Path(tmp) / "cases.json") if options.pop("hidden", True) else None
+        if hidden and cases is None:
+            cases = record_hidden_cases(reference, Path(tmp) / "cases.json")
         grades = []
         for folder in folders:
-            grade_ = grade(folder, markers, cases=cases, hidden=cases is not None, **options)
+            grade_ = grade(folder, markers, reference=reference, cases=cases, hidden=hidden and cases is not None, **options)
             write_results(grade_, out / folder.name / "results.json", out / folder.name / "summary.txt")
             print(f"{folder.name}: {points(grade_.score)} / {grade_.max_score}")
             grades.append(grade_)

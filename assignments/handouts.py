@@ -146,7 +146,9 @@ def student_readme(tasks: list[Task]) -> str:
         "install command; it keeps that build.",
         "Per task: `python -m pytest -m task1_2 -x` (stop at the first failure), `python assignments/autograde.py "
         "task1_2` (points). The tests always run the `ladref/` of this folder: `pyproject.toml` puts it first on "
-        "pytest's path and `conftest.py` stops the run if anything else would be imported.",
+        "pytest's path and `conftest.py` stops the run if anything else would be imported. Property tests "
+        "(Hypothesis) report the first failing example they find; add `--hypothesis-profile=dev` to one test's "
+        "command to have it shrunk to a minimal one.",
         "## Rules",
         "* Write each task in its own file (the table above); only those files are graded, each on its own.\n"
         "* Do not edit the tests: grading uses the original ones, plus hidden tests.\n"

@@ -45,20 +45,29 @@ ASSIGNMENT_FILES = ("autograde.py", "grading_plugin.py", "report.py", "tasks.py"
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 STEP_COMMENT = re.compile(r"#\s*(\d+)\.\s")  # "# 1. Candidates: ..." (HF-style numbered steps)
 
-ORIGIN_CHECK = '''"""Stops the tests when `import ladref` would not load this folder's package (the code you write).
+ORIGIN_CHECK = '''"""The student copy's pytest set-up: test this folder's ladref, and report failures quickly.
 
-An installed ladref (for instance the reference, after an editable install of the full project)
-would otherwise be tested instead of yours and could pass on untouched stubs.
+1. Stops the tests when `import ladref` would not load this folder's package (the code you
+   write): an installed ladref (for instance the reference, after an editable install of the
+   full project) would otherwise be tested instead of yours and could pass on untouched stubs.
+2. Loads the Hypothesis profile "student": the tests' usual examples, without the shrink phase
+   (shrinking a failure of unfinished code reruns the test hundreds of times). To see a minimal
+   failing example, run one test with ``--hypothesis-profile=dev``.
 """
 
 import importlib.util
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 HERE = Path(__file__).resolve().parent
 
+settings.register_profile("student", max_examples=15, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                          suppress_health_check=[HealthCheck.too_slow])
 
+
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config):
     if config.pluginmanager.has_plugin("grading_plugin"):
         return  # the autograder composes the package elsewhere and checks the origin itself
@@ -69,6 +78,8 @@ def pytest_configure(config):
             f"the tests would import ladref from {origin}, not from {HERE / 'ladref'}. "
             f"Run pytest from {HERE} (python -m pytest), or reinstall this folder: python -m pip install -e ."
         )
+    if not config.getoption("--hypothesis-profile", None):
+        settings.load_profile("student")
 '''
 
 

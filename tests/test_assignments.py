@@ -206,21 +206,22 @@ def broken_submission(folder: Path, change: str) -> Path:
 
 
 @pytest.mark.slow
-def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path):
+def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path, hidden_cases):
     submissions = tmp_path / "submissions"
     broken_submission(submissions / "alice", "    if g = 0:\n        pass\n")  # a SyntaxError
     broken_submission(submissions / "bob", "    while True:\n        pass\n")  # never returns
     out = tmp_path / "grades"
     start = time.perf_counter()
-    code = autograde.main(["task1_2", "task1_3", "--submissions", str(submissions), "--out", str(out),
-                           "--test-timeout", "2", "--task-timeout", "120"])
-    assert code == 1 and time.perf_counter() - start < 240
+    grades = autograde.grade_folder(submissions, out, ["task1_2", "task1_3"], cases=hidden_cases, test_timeout=2, task_timeout=120)
+    assert time.perf_counter() - start < 240 and [float(g.score) for g in grades] == [20, 20]
     for name, reason in (("alice", "SyntaxError"), ("bob", "ran past the 2 s limit")):
         results = json.loads((out / name / "results.json").read_text())
         assert results["extra_data"]["tasks"] == {"task1_2": 20, "task1_3": 0}  # the other task is unaffected
         assert results["score"] == 20
         assert reason in results["output"] and reason in (out / name / "summary.txt").read_text()
         assert reason in "".join(t["output"] for t in results["tests"] if "Task 1.3" in t["name"])
+    hidden = [t for t in json.loads((out / "bob" / "results.json").read_text())["tests"] if "hidden" in t["tags"]]
+    assert hidden and all(t["score"] == 0 for t in hidden if "Task 1.3" in t["name"])  # hidden cases skipped after a timeout
     assert (out / "grades.csv").read_text().splitlines() == ["submission,task1_2,task1_3,total", "alice,20,0,20", "bob,20,0,20"]
 
 
@@ -258,8 +259,6 @@ def test_documented_student_commands_work_in_a_fresh_copy(tmp_path):
         assert re.search(rf"task {re.escape(task.number)} .* 0 / {task.points} ", graded), task.marker
         for name, _ in handouts.public_checks(task, ROOT / "tests"):
             assert name in graded, f"{name} is not listed"
-    collected = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", " or ".join(ALL)], out)
-    assert collected.returncode == 0 and "error" not in collected.stdout.lower()
     # an installed reference first on the path does not change what is tested ...
     proc = run([sys.executable, "-m", "pytest", "tests/test_verify.py"], out, PYTHONPATH=str(ROOT))
     assert proc.returncode == 1 and " failed" in proc.stdout and " passed" not in proc.stdout.splitlines()[-1]

@@ -60,7 +60,7 @@ def sampled(run: tuple) -> list[int]:
     """lookahead_decode with sampling (the step's chooser path), from a seeded generator."""
     arch, vocab, seed, prompt, values, new_tokens = run
     generator = torch.Generator().manual_seed(seed)
-    return lookahead_decode(build_tiny(arch, vocab, seed), prompt, 2 * new_tokens, config=config_of(values), eos_token_id=[],
+    return lookahead_decode(build_tiny(arch, vocab, seed), prompt, new_tokens, config=config_of(values), eos_token_id=[],
                             do_sample=True, temperature=0.8, generator=generator).token_ids
 
 
@@ -77,7 +77,7 @@ def record() -> dict[str, list[dict]]:
         "test_start": [{"id": f"start{k}", "start": list(s), "expected": started(s)} for k, s in enumerate(STARTS)],
         "test_step_trace": [{"id": i, "run": list(r), "expected": trace(r)} for i, r in zip(run_ids, RUNS)],
         "test_decode": [{"id": i, "run": list(r), "expected": decoded(r)} for i, r in zip(run_ids, RUNS)],
-        "test_sampled_decode": [{"id": i, "run": list(r), "expected": sampled(r)} for i, r in zip(run_ids[:4], RUNS[:4])],
+        "test_sampled_decode": [{"id": i, "run": list(r), "expected": sampled(r)} for i, r in zip(run_ids[:2], RUNS[:2])],
     }
 
 
