@@ -16,7 +16,8 @@ Scoring: a task's points are split over its test groups (one per test function, 
 ``@pytest.mark.points``); a group earns its share times the fraction of its tests (its
 parametrizations) that passed. A file that does not import (SyntaxError, ImportError), a missing
 file or a run killed at ``--task-timeout`` before its tests were collected scores the task 0
-with the error shown; a test running past ``--test-timeout`` fails and the run goes on.
+with the error shown; a test running past ``--test-timeout`` fails, the rest of its test function's
+cases fail unrun, and the run goes on. Submitted code runs unsandboxed: grade in a container.
 
 Exit status: 0 when every graded task got full marks, 1 otherwise.
 """
