@@ -3,40 +3,84 @@
     python assignments/make_student.py OUT [--tasks task1_1 task1_3]
 
 OUT receives a self-contained copy of the project in which the functions of the chosen tasks
-(all tasks by default, see `tasks.py`) keep their signature and docstring but have their body
-replaced by ``raise NotImplementedError("task1_k: ...")``:
+(all tasks by default, see `tasks.py`) keep their signature, docstring and numbered step
+comments (as ``# TODO 1. ...`` lines) but have their body replaced by
+``raise NotImplementedError("task1_k: ...")``:
 
-    OUT/ladref/        the package, with the chosen bodies removed
-    OUT/tests/         the library's own tests (the autograder's tests; not those of the docs,
-                       tutorials and this generator)
-    OUT/pyproject.toml the project file (pytest markers and options)
-    OUT/assignments/   the autograder and the task table
-    OUT/ASSIGNMENT.md  what to implement and how to check it
+    OUT/README.md        start here: set-up, the tasks, the commands, how to submit
+    OUT/handouts/        one handout per task (goal, rule, spec, hints, points, questions)
+    OUT/ladref/          the package, with the chosen bodies removed
+    OUT/tests/           the public tests: the test files that carry a task marker, and the
+                         helpers they import (nothing that needs files the copy lacks)
+    OUT/conftest.py      stops pytest when `import ladref` would not be this folder's package
+    OUT/pyproject.toml   the project file, pytest pinned to this folder (``pythonpath = ["."]``)
+    OUT/constraints.txt  the pins of the README's install command
+    OUT/assignments/     the autograder and the task table
 
 Nothing is hand-copied: bodies are located with `ast` in the reference sources, so the student
-version always matches the current reference.
+version always matches the current reference. The hidden tests (``assignments/hidden/``), this
+generator and the handouts' sources stay with the instructor.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import io
+import re
 import shutil
 import sys
+import tokenize
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from tasks import TASKS, Task, task_by_marker  # noqa: E402
+from handouts import render_handout, student_readme  # noqa: E402
+from tasks import TASKS, Task, marked_files, task_by_marker  # noqa: E402
 
 REPO = HERE.parent
-COPIED_FILES = ("pyproject.toml",)
-ASSIGNMENT_FILES = ("autograde.py", "grading_plugin.py", "tasks.py", "README.md")
+COPIED_FILES = ("pyproject.toml", "constraints.txt")
+ASSIGNMENT_FILES = ("autograde.py", "grading_plugin.py", "report.py", "tasks.py")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
-# tests of the course material itself (site, README, tutorials, this generator), not of the library
-NOT_LIBRARY_TESTS = shutil.ignore_patterns("__pycache__", "*.pyc", "test_assignments.py", "test_docs.py", "test_readme.py",
-                                       "test_tutorials.py")
+STEP_COMMENT = re.compile(r"#\s*(\d+)\.\s")  # "# 1. Candidates: ..." (HF-style numbered steps)
+
+ORIGIN_CHECK = '''"""The student copy's pytest set-up: test this folder's ladref, and report failures quickly.
+
+1. Stops the tests when `import ladref` would not load this folder's package (the code you
+   write): an installed ladref (for instance the reference, after an editable install of the
+   full project) would otherwise be tested instead of yours and could pass on untouched stubs.
+2. Loads the Hypothesis profile "student": the tests' usual examples, without the shrink phase
+   (shrinking a failure of unfinished code reruns the test hundreds of times). To see a minimal
+   failing example, run one test with ``--hypothesis-profile=dev``.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+HERE = Path(__file__).resolve().parent
+
+settings.register_profile("student", max_examples=15, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                          suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    if config.pluginmanager.has_plugin("grading_plugin"):
+        return  # the autograder composes the package elsewhere and checks the origin itself
+    spec = importlib.util.find_spec("ladref")
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    if origin != HERE / "ladref" / "__init__.py":
+        raise pytest.UsageError(
+            f"the tests would import ladref from {origin}, not from {HERE / 'ladref'}. "
+            f"Run pytest from {HERE} (python -m pytest), or reinstall this folder: python -m pip install -e ."
+        )
+    if not config.getoption("--hypothesis-profile", None):
+        settings.load_profile("student")
+'''
 
 
 def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef:
@@ -64,8 +108,32 @@ def docstring_end(func: ast.FunctionDef, qualname: str) -> int:
     return first.end_lineno
 
 
+def step_comments(lines: list[str], start: int, end: int) -> list[str]:
+    """The numbered step comments of lines start+1..end (1-based), with their continuation lines.
+
+    A step comment is a whole-line comment ``# 1. ...``; the whole-line comments right below it
+    that are indented past its ``#`` by two or more spaces (``#    ...``) continue it.
+    """
+    body = "".join(lines[start:end])
+    comments = {}  # line (1-based, within the body) -> comment text, whole-line comments only
+    for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+        if tok.type == tokenize.COMMENT and not tok.line[: tok.start[1]].strip():
+            comments[tok.start[0]] = tok.string
+    kept, previous = [], None
+    for line, text in sorted(comments.items()):
+        if STEP_COMMENT.match(text):
+            kept.append("# TODO " + text[1:].strip())
+            previous = line
+        elif previous == line - 1 and re.match(r"#\s{2,}\S", text):
+            kept.append(text)
+            previous = line
+        else:
+            previous = None
+    return kept
+
+
 def stub_source(source: str, marker: str, functions: tuple[str, ...]) -> str:
-    """`source` with the bodies of `functions` replaced by a NotImplementedError.
+    """`source` with the bodies of `functions` replaced by their step comments and a NotImplementedError.
 
     Args:
         source: a module's text.
@@ -73,7 +141,8 @@ def stub_source(source: str, marker: str, functions: tuple[str, ...]) -> str:
         functions: qualified names of the functions to empty.
 
     Returns:
-        The new text; signatures, decorators and docstrings are kept verbatim.
+        The new text; signatures, decorators and docstrings are kept verbatim, and so are the
+        body's numbered step comments (``# 1. ...``), as ``# TODO 1. ...``.
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
@@ -82,10 +151,11 @@ def stub_source(source: str, marker: str, functions: tuple[str, ...]) -> str:
         func = find_function(tree, qualname)
         start, end = docstring_end(func, qualname), func.end_lineno  # body = lines start+1 .. end
         indent = " " * func.body[1].col_offset
+        todos = [f"{indent}{text}\n" for text in step_comments(lines, start, end)]
         stub = f'{indent}raise NotImplementedError("{marker}: implement {qualname} (see its docstring)")\n'
-        cuts.append((start, end, stub))
+        cuts.append((start, end, [*todos, stub]))
     for start, end, stub in sorted(cuts, reverse=True):  # bottom-up keeps line numbers valid
-        lines[start:end] = [stub]
+        lines[start:end] = stub
     new = "".join(lines)
     check_stubbed(new, functions)
     return new
@@ -100,26 +170,41 @@ def check_stubbed(source: str, functions: tuple[str, ...]) -> None:
             raise AssertionError(f"stubbing {qualname} left {len(body)} statements")
 
 
-def assignment_text(tasks: list[Task]) -> str:
-    """The OUT/ASSIGNMENT.md handed to students."""
-    parts = [
-        "# ladref assignment\n",
-        "Implement the functions below. Each keeps its signature and docstring; its body raises",
-        "`NotImplementedError` until you write it. Read the module docstring first, then the",
-        "function's docstring: together they specify the behaviour.\n",
-        "Grade yourself from this folder (the folder that holds `ladref/`):\n",
-        "    python assignments/autograde.py            # every task",
-        "    python assignments/autograde.py task1_2    # one task\n",
-        "or run one task's tests directly: `python -m pytest -m task1_2`.\n",
-    ]
-    for task in tasks:
-        parts.append(f"## {task.marker}: {task.title}\n")
-        parts.append(f"File: `{task.module}`\n")
-        parts.extend(f"- `{name}`" for name in task.functions)
-        if task.requires:
-            parts.append(f"\nIts tests also run the code of {', '.join(task.requires)}: finish those first.")
-        parts.append("")
-    return "\n".join(parts) + "\n"
+def local_imports(path: Path) -> set[str]:
+    """Names of the modules `path` imports that live next to it (tests/strategies.py and the like)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return {name for name in names if (path.parent / f"{name}.py").is_file()}
+
+
+def public_tests(tests: Path) -> list[Path]:
+    """The test files a student copy ships: those carrying a task marker, and what they import.
+
+    The rule keeps out every test of something other than the tasks (the docs, the tutorials,
+    the benchmarks, the LADE peer, this generator), so nothing in the copy needs a file it lacks.
+    """
+    shipped = set(marked_files(tests, [t.marker for t in TASKS])) | {tests / "conftest.py"}
+    todo = list(shipped)
+    while todo:
+        for name in local_imports(todo.pop()):
+            helper = tests / f"{name}.py"
+            if helper not in shipped:
+                shipped.add(helper)
+                todo.append(helper)
+    return sorted(shipped)
+
+
+def pinned_pyproject(text: str) -> str:
+    """The project file with pytest told to import from the folder itself (``pythonpath = ["."]``)."""
+    header = "[tool.pytest.ini_options]\n"
+    if header not in text:
+        raise ValueError("pyproject.toml has no [tool.pytest.ini_options] table")
+    pin = '# import this folder\'s ladref, never an installed one (conftest.py checks it)\npythonpath = ["."]\n'
+    return text.replace(header, header + pin, 1)
 
 
 def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
@@ -136,16 +221,23 @@ def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
     if out.exists():
         raise FileExistsError(f"{out} exists; choose a new folder")
     shutil.copytree(REPO / "ladref", out / "ladref", ignore=IGNORED)
-    shutil.copytree(REPO / "tests", out / "tests", ignore=NOT_LIBRARY_TESTS)
+    (out / "tests").mkdir(parents=True)
+    for path in public_tests(REPO / "tests"):
+        shutil.copy2(path, out / "tests" / path.name)
     for name in COPIED_FILES:
         shutil.copy2(REPO / name, out / name)
+    (out / "pyproject.toml").write_text(pinned_pyproject((out / "pyproject.toml").read_text()))
+    (out / "conftest.py").write_text(ORIGIN_CHECK)
     (out / "assignments").mkdir()
     for name in ASSIGNMENT_FILES:
         shutil.copy2(HERE / name, out / "assignments" / name)
     for task in tasks:
         path = out / task.module
         path.write_text(stub_source(path.read_text(), task.marker, task.functions))
-    (out / "ASSIGNMENT.md").write_text(assignment_text(tasks))
+    (out / "handouts").mkdir()
+    for task in tasks:
+        (out / "handouts" / f"{task.marker}.md").write_text(render_handout(task, tests=out / "tests"))
+    (out / "README.md").write_text(student_readme(tasks))
     return tasks
 
 
@@ -157,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = make_student(args.out, args.tasks)
     for task in tasks:
         print(f"{task.marker}: removed {', '.join(task.functions)} from {task.module}")
-    print(f"student version written to {args.out}")
+    print(f"student version written to {args.out} (start with its README.md)")
     return 0
 
 

@@ -1,14 +1,26 @@
-"""The course tasks: which reference functions each one asks the student to write.
+"""The course tasks: the one table the course kit is generated from.
 
-Each task is graded by the library's own tests that carry its pytest marker (``task1_1`` ..
-``task1_4``, registered in ``pyproject.toml``). A task may build on others: the combined step
-(task 1.4) calls the mask builder, the pool and the verifier, so its tests cannot pass while
-any of those is missing.
+Each task asks the student to write the bodies of some reference functions. Everything else is
+derived from this table:
+
+* `make_student.py` removes the listed bodies (keeping signatures, docstrings and the numbered
+  step comments as TODOs) and ships the public tests that carry the task's pytest marker;
+* `handouts.py` renders each task's handout from the facts below plus the prose of
+  ``handouts/<marker>.md``;
+* `autograde.py` grades each task with the tests carrying its marker: the public ones in
+  ``tests/`` and the hidden ones in ``hidden/`` (never shipped), ``points`` split over the test
+  groups (one group per test function).
+
+To add a task: add a `Task` here, register its marker in ``pyproject.toml``, mark its tests with
+``pytest.mark.<marker>``, write ``handouts/<marker>.md`` (the sections `REQUIRED_SECTIONS` of
+`handouts.py`) and, for grading, ``hidden/test_<marker>.py`` (cases recorded from the reference).
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -18,9 +30,16 @@ class Task:
     Attributes:
         marker: the pytest marker of its tests, e.g. "task1_1".
         title: what the student builds.
-        module: the file, relative to the repository root, that holds the functions.
+        module: the file, relative to the repository root, that holds the functions; the only
+            file of a submission that is graded for this task.
         functions: qualified names ("func" or "Class.method") whose bodies are removed.
-        requires: markers of the tasks whose code this task's tests also run.
+        requires: markers of the tasks whose code this task's public tests also run (a student
+            checking their own copy must finish those first; the autograder grades each task
+            with the reference's code for every other file, so nothing is lost twice).
+        points: the task's share of the grade.
+        hours: a time estimate for a student who has read the concepts page, e.g. "2-3".
+        solution_tutorials: tutorials that show what the task builds; hand them out only after
+            the task's deadline.
     """
 
     marker: str
@@ -28,6 +47,14 @@ class Task:
     module: str
     functions: tuple[str, ...]
     requires: tuple[str, ...] = ()
+    points: int = 25
+    hours: str = "2-3"
+    solution_tutorials: tuple[str, ...] = ()
+
+    @property
+    def number(self) -> str:
+        """ "task1_4" -> "1.4" (the name students see)."""
+        return self.marker.removeprefix("task").replace("_", ".")
 
 
 TASKS: tuple[Task, ...] = (
@@ -35,24 +62,50 @@ TASKS: tuple[Task, ...] = (
         "task1_1",
         "the attention mask builder",
         "ladref/masks.py",
-        ("StepLayout.position_offsets", "StepLayout.allowed", "build_step_inputs", "to_additive"),
+        ("StepLayout.position_offsets", "StepLayout.allowed", "build_step_inputs", "to_additive", "static_additive"),
         requires=("task1_5",),
+        points=20,
+        hours="3-4",
+        solution_tutorials=("03_attention_mask",),
     ),
     Task(
         "task1_2",
         "the n-gram pool",
         "ladref/ngram_pool.py",
         ("NGramPool.add", "NGramPool.seed_from_tokens", "NGramPool.harvest", "NGramPool.candidates"),
+        points=15,
+        hours="1-2",
+        solution_tutorials=("02_ngram_pool",),
     ),
-    Task("task1_3", "greedy verification of a draft tree", "ladref/verify.py", ("verify_greedy",), requires=("task1_5",)),
+    Task(
+        "task1_3",
+        "greedy verification of a draft tree",
+        "ladref/verify.py",
+        ("verify_greedy",),
+        requires=("task1_5",),
+        points=15,
+        hours="1-2",
+        solution_tutorials=("04_combined_step",),
+    ),
     Task(
         "task1_4",
         "the combined step",
         "ladref/step.py",
         ("draft_step",),
         requires=("task1_1", "task1_2", "task1_3", "task1_5"),
+        points=30,
+        hours="3-5",
+        solution_tutorials=("04_combined_step",),
     ),
-    Task("task1_5", "the draft tree (a trie) and its mask", "ladref/tree.py", ("DraftTree.extend", "DraftTree.ancestors")),
+    Task(
+        "task1_5",
+        "the draft tree (a trie) and its mask",
+        "ladref/tree.py",
+        ("DraftTree.extend", "DraftTree.ancestors"),
+        points=20,
+        hours="2-3",
+        solution_tutorials=("08_draft_trees",),
+    ),
 )
 
 
@@ -65,8 +118,20 @@ def task_by_marker(marker: str) -> Task:
 
 
 def expected_failures(removed: set[str]) -> set[str]:
-    """Tasks that must fail when the tasks `removed` are left unimplemented.
+    """Tasks whose public tests fail in a student's own copy when the tasks `removed` are missing.
 
-    The removed tasks themselves plus every task that requires one of them.
+    The removed tasks themselves plus every task that requires one of them (the autograder, which
+    grades each task against the reference's other files, fails only the removed ones).
     """
     return set(removed) | {t.marker for t in TASKS if set(t.requires) & set(removed)}
+
+
+def markers_used(path: Path) -> set[str]:
+    """The pytest markers a test file applies (``pytest.mark.<name>`` anywhere in it)."""
+    return {node.attr for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"}
+
+
+def marked_files(folder: Path, markers: list[str]) -> list[Path]:
+    """The ``test_*.py`` files of `folder` that carry one of `markers` (read with `ast`, not imported)."""
+    return [path for path in sorted(folder.glob("test_*.py")) if markers_used(path) & set(markers)]

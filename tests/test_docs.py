@@ -34,6 +34,23 @@ def test_nav_lists_every_page_and_tutorial():
     assert targets - pages <= {f"tutorials/{t.stem}.ipynb" for t in TUTORIALS}, "nav names a missing page"
 
 
+def test_nav_is_grouped_for_readers():
+    text = (ROOT / "mkdocs.yml").read_text()
+    nav = text.split("\nnav:\n", 1)[1].split("\n\n", 1)[0]
+    top = re.findall(r"^  - ([^:]+):", nav, flags=re.M)
+    assert top == ["Overview", "Learn", "Use", "Reference", "Benchmarks"]
+    assert "navigation.indexes" in text  # section index pages: no "Tutorials > Tutorials"
+
+
+def test_user_facing_text_speaks_of_the_project_only():
+    """No word about how the project is built or worked on (sessions, issues as work items)."""
+    pattern = re.compile(r"\bsessions?\b|\bissue \d+|\bthe issues\b|\bGPU issues\b", re.I)
+    paths = [*DOCS.rglob("*.md"), ROOT / "README.md", *ROOT.glob("benchmarks/**/*.md"), *ROOT.glob("assignments/**/*.md"),
+             *TUTORIALS]
+    offenders = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in paths for m in pattern.finditer(p.read_text())]
+    assert not offenders
+
+
 def test_glossary_names_are_real():
     from ladref import LookaheadConfig
 
@@ -66,7 +83,18 @@ def test_mkdocs_build_strict(tmp_path):
     assert "GUESS_SET_SIZE" in (site / "glossary" / "index.html").read_text()
     api = (site / "reference" / "decoders" / "index.html").read_text()
     assert "lookahead_decode" in api and "compression" in api  # rendered from the docstrings
-    assert "make_student.py" in (site / "assignments" / "index.html").read_text()  # snippet included
+    assignments = (site / "assignments" / "index.html").read_text()
+    assert "make_student.py" in assignments  # snippet included
+    assert '<code class="nowrap">ladref/ngram_pool.py</code>' in assignments  # file names kept whole
+    assert all(f"Task {t}" in assignments for t in ("1.1", "1.2", "1.3", "1.4"))  # every handout
+    assert 'class="arithmatex"' in (site / "concepts" / "index.html").read_text()  # math for MathJax
+    assert "<!-- course-kit" not in assignments
+    first = re.search(r'id="(ladref\.[\w.]+)"', api).group(1)
+    assert first == "ladref.greedy.greedy_decode", f"the Decoders page opens with {first}"
+    anchors = re.findall(r'id="(ladref\.[\w.]+)"', api)
+    exported = [a for a in anchors if a in set(exported_names())]
+    internal = [a for a in anchors if a.rsplit(".", 1)[-1] in ("run_greedy", "jacobi_iteration", "generate_lookahead")]
+    assert max(anchors.index(a) for a in exported) < min(anchors.index(a) for a in internal)  # public first
     reference = "".join(page.read_text() for page in (site / "reference").rglob("index.html"))
     missing = [name for name in exported_names() if f'id="{name}"' not in reference]
     assert not missing, f"exported names without an API reference entry: {missing}"

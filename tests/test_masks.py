@@ -45,14 +45,6 @@ def test_a_draft_sees_its_root_path(layout):
         assert torch.nonzero(allowed[L + node, L:]).flatten().tolist() == layout.tree.path(node)
 
 
-@given(st.integers(1, 6), st.integers(2, 5), st.integers(0, 6))
-def test_window_rows_are_shifted_jacobi_trajectories(W, N, seed):
-    layout = StepLayout(W, N, DraftTree.empty())
-    for i in range(layout.length):
-        r, c = divmod(i, W)  # cell (r, c): row 0 up to column c, then column c down to row r
-        assert seen_sequence(layout, i) == list(range(c + 1)) + [row * W + c for row in range(1, r + 1)]
-
-
 def test_figure_5_layout():
     # W = 5, N = 4, two candidate n-grams as separate chains: 3 * 5 window tokens + 2 * 3 draft tokens
     layout = StepLayout(5, 4, DraftTree.chains([[7, 8, 9], [6, 5, 4]], "pool"))

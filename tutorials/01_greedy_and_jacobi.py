@@ -21,11 +21,11 @@
 # %%
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
+# transformers imports tqdm, which warns "IProgress not found" in a notebook without ipywidgets
+# (its progress bars then fall back to plain text). Harmless here, so that one warning is hidden.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
-import contextlib
-import io
 
 import matplotlib.pyplot as plt
 import torch
@@ -35,8 +35,7 @@ from ladref.jacobi import converged_prefix, jacobi_iteration, next_guess
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 
-with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
-    model, tokenizer = load_default_model(device="cpu")
+model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 prompt = chat_ids(tokenizer, "List the days of the week.")[0]
 print(f"prompt: {prompt.shape[0]} tokens")
 

@@ -19,11 +19,11 @@
 # %%
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
+# transformers imports tqdm, which warns "IProgress not found" in a notebook without ipywidgets
+# (its progress bars then fall back to plain text). Harmless here, so that one warning is hidden.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
-import contextlib
-import io
 
 import torch
 
@@ -33,8 +33,7 @@ from ladref.ngram_pool import NGramPool
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 
-with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
-    model, tokenizer = load_default_model(device="cpu")
+model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 
 
 def show(ids):

@@ -18,6 +18,13 @@
 # a token cannot see the other branch.
 
 # %%
+import warnings
+
+# transformers imports tqdm, which warns "IProgress not found" in a notebook without ipywidgets
+# (its progress bars then fall back to plain text). Harmless here, so that one warning is hidden.
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+# %%
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import ListedColormap

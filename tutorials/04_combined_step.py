@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 4. Verification and the combined step, traced by hand
+# # 4. Verification and the combined step, observed from outside
 #
 # `ladref.lookahead.lookahead_step` does five things around one forward pass:
 #
@@ -20,18 +20,20 @@
 #    plus the model's own next token;
 # 5. keep in the KV cache only the current token and the accepted candidate tokens.
 #
-# We run a few real steps on SmolLM2 until one accepts a candidate, then replay that step by
-# hand, watching the KV cache before and after.
+# We run real steps on SmolLM2 until one accepts a candidate, then run that step once more and
+# compare everything it touches before and after: the pool, the window, the KV cache and the
+# output. Verification itself is then traced on a small example. (Writing the step is the last
+# course task, so this notebook watches it rather than re-implementing it.)
 
 # %%
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
+# transformers imports tqdm, which warns "IProgress not found" in a notebook without ipywidgets
+# (its progress bars then fall back to plain text). Harmless here, so that one warning is hidden.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
-import contextlib
 import copy
-import io
 
 import torch
 
@@ -42,8 +44,7 @@ from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 from ladref.verify import verify_greedy
 
-with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
-    model, tokenizer = load_default_model(device="cpu")
+model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 
 
 def show(ids):
@@ -59,7 +60,7 @@ print(tokenizer.decode(greedy))
 # %% [markdown]
 # ## Run until a step accepts a candidate
 #
-# Before each step we save the cache and the state, so that we can replay the interesting step.
+# Before each step we save the cache and the state, so that we can run the interesting step again.
 
 # %%
 config = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4)
@@ -78,105 +79,102 @@ with torch.inference_mode():
         done += accepted
         current = accepted[-1]
 runner.cache, state, current = copy.deepcopy(saved)  # rewind to just before that step (keep `saved` intact)
-print(f"\nreplaying step {step}: current token {show([current])[0]!r}, {runner.past_len} tokens in the KV cache")
+print(f"\nback before step {step}: current token {show([current])[0]!r}, {runner.past_len} tokens in the KV cache")
 
 # %% [markdown]
-# ## 1. Candidates from the pool
+# ## Before the step: candidates and the step's layout
+#
+# The pool holds n-grams that start with the current token; the step verifies up to G of them.
+# `build_step_inputs` (tutorial 3) lays the window and the candidates out in one input.
 
 # %%
 candidates = state.pool.candidates(current, G)  # (g, N-1)
 for i, cand in enumerate(candidates):
     print(f"candidate {i}: {show([current])} + {show(cand)}")
+layout = build_step_inputs(current, state.window, candidates, runner.past_len).layout
+print(f"\nq = (N-1)(W+g) = {layout.length} tokens fed: {layout.lookahead_len} window cells, "
+      f"{layout.length - layout.lookahead_len} candidate tokens")
+print("window rows before the step:")
+for row in state.window:
+    print("   ", show(row))
 
 # %% [markdown]
-# ## 2. One forward pass over both branches
-#
-# We keep logits only where they are needed: the current token (y_1), the window's newest row
-# (the next Jacobi iteration) and every candidate token.
+# ## Run the step once more and compare
 
 # %%
+before = copy.deepcopy(state)
 past = runner.past_len
-step_in = build_step_inputs(current, state.window, candidates, past)
-layout = step_in.layout
-last_row, cand_index = layout.last_row_index(), layout.candidate_index()
-keep = torch.cat([torch.tensor([0]), last_row, cand_index.flatten()])
-print(f"q = {layout.length} tokens at positions {step_in.position_ids.tolist()}")
-print("cache before the pass :", tuple(runner.cache.layers[0].keys.shape), "(batch, kv heads, tokens, head dim)")
 with torch.inference_mode():
-    logits = runner.forward(step_in.input_ids, step_in.position_ids, step_in.allowed, keep)
-print("cache after the pass  :", tuple(runner.cache.layers[0].keys.shape), f"= {past} + {layout.length}")
-preds = logits.argmax(-1)
-first, new_row, cand_preds = preds[0], preds[1 : W + 1], preds[W + 1 :].view_as(candidates)
-
-# %% [markdown]
-# ## 3. Lookahead branch: harvest and slide
-
-# %%
-window = step_in.input_ids[: layout.lookahead_len].view_as(state.window)
-if state.steps >= N - 2:
-    state.pool.harvest(window, new_row)
-    print("harvested:", ["".join(show(col)) for col in torch.cat([window, new_row[None]]).t()])
-state.window = torch.cat([window[1:], new_row[None]])
-state.steps += 1
-
-# %% [markdown]
-# ## 4. Verification
-#
-# For candidate tokens c_1..c_{N-1} the model's argmax after the current token is y_1 and after
-# c_j it is y_{j+1}. c_j is accepted while c_1..c_j all equal y_1..y_j; then y_{k+1} is appended.
-
-# %%
-for i, cand in enumerate(candidates):
-    targets = [int(first)] + cand_preds[i].tolist()
-    marks = ["=" if int(c) == y else "x" for c, y in zip(cand, targets)]
-    print(f"candidate {i}: c = {show(cand)}\n             y = {show(targets)}   {' '.join(marks)}")
-verdict = verify_greedy(candidates, first, cand_preds)
-print(f"\nbest candidate {verdict.best}, {verdict.matched} tokens matched, accepted {show(verdict.tokens)}")
+    accepted, width = lookahead_step(runner, state, current, config)
 position = len(done)
-print("accepted == greedy's next tokens:", verdict.tokens.tolist() == greedy[position : position + verdict.matched + 1])
+print("accepted:", show(accepted), "| greedy's next tokens:", show(greedy[position : position + len(accepted)]))
+assert accepted == greedy[position : position + len(accepted)]
 
 # %% [markdown]
-# ## 5. Commit the KV cache
-#
-# The cache now holds K/V for all q step tokens. Only the current token and the accepted
-# candidate tokens belong to the sequence; their K/V were computed at the right positions under
-# the right mask, so `ModelRunner.commit` gathers them into place and cuts the rest. The model's
-# own last token is not in the cache yet: it is the next step's current token.
+# **The window slid by one row.** The old rows 1.. moved up, and the new bottom row is the
+# model's prediction at the old bottom row: one Jacobi iteration (tutorial 1).
 
 # %%
-kept = torch.cat([torch.tensor([0]), cand_index[verdict.best, : verdict.matched]]) if verdict.best is not None else torch.tensor([0])
-print("step indices kept:", kept.tolist())
-with torch.inference_mode():  # the cache holds inference tensors: edit it in inference mode
-    runner.commit(past, kept)
-print("cache after commit    :", tuple(runner.cache.layers[0].keys.shape), f"= {past} + {kept.numel()}")
+print("window rows after the step:")
+for row in state.window:
+    print("   ", show(row))
+print("old rows 1.. moved up:", torch.equal(state.window[:-1], before.window[1:]))
+print("steps run:", before.steps, "->", state.steps)
 
+# %% [markdown]
+# **The pool learned the window's columns.** Column c of the old window (with the current token
+# in cell (0, 0)) plus the new row, read top to bottom, is an n-gram at consecutive positions.
+# Harvesting starts once every row below the first came from the model (after N-2 steps).
+
+# %%
+print(f"harvesting on: {before.steps} steps run before this one, N-2 = {N - 2}")
+old = before.window.clone()
+old[0, 0] = current
+for c, column in enumerate(torch.cat([old, state.window[-1:]]).t().tolist()):
+    print(f"column {c}: {''.join(show(column))!r:40} in the pool before: {column in before.pool}, after: {column in state.pool}")
+
+# %% [markdown]
+# **The KV cache kept the current token and the accepted candidate tokens**, k + 1 entries for
+# k matched tokens. The model's own last token is not in the cache yet: it is the next step's
+# current token. The kept keys and values were computed in the step's single pass, under the
+# right positions and mask, so they equal those of a plain causal pass over the accepted sequence.
+
+# %%
+print(f"cache: {past} -> {runner.past_len} tokens (1 current + {len(accepted) - 1} accepted candidate tokens)")
 reference = ModelRunner(model)
 with torch.inference_mode():
-    reference.forward(torch.cat([prompt, torch.tensor(done + verdict.tokens[:-1].tolist())]))
+    reference.forward(torch.cat([prompt, torch.tensor(done + accepted[:-1])]))
 same = all(torch.allclose(a.keys, b.keys, atol=1e-4) and torch.allclose(a.values, b.values, atol=1e-4)
            for a, b in zip(runner.cache.layers, reference.cache.layers))
 print("cache == that of a plain causal pass over the accepted sequence:", same)
+assert same and runner.past_len == past + len(accepted)
 
 # %% [markdown]
-# ## The library's step does exactly this
+# ## Verification, on a small example
 #
-# Rewind once more and let `lookahead_step` run the same step.
+# For candidate tokens c_1..c_{N-1} the model's argmax after the current token is y_1 and after
+# c_j it is y_{j+1}. c_j is accepted while c_1..c_j all equal y_1..y_j; then y_{k+1} is appended.
+# Here the "model" is a table: greedy decoding from the current token gives 5, 6, 2, ...
 
 # %%
-runner.cache, state, current = copy.deepcopy(saved)
-with torch.inference_mode():
-    accepted, width = lookahead_step(runner, state, current, config)
-print("lookahead_step accepted:", show(accepted), "| by hand:", show(verdict.tokens), "| equal:", accepted == verdict.tokens.tolist())
-assert accepted == verdict.tokens.tolist() and same
+candidates = torch.tensor([[5, 1, 1], [5, 6, 1], [9, 6, 7]])  # (g, N-1) = (3, 3)
+first_pred = torch.tensor(5)  # y_1, the argmax after the current token
+cand_preds = torch.tensor([[6, 0, 0], [6, 2, 0], [6, 7, 8]])  # argmax after each candidate token
+for i, (cand, preds) in enumerate(zip(candidates.tolist(), cand_preds.tolist())):
+    targets = [int(first_pred)] + preds
+    marks = ["=" if c == y else "x" for c, y in zip(cand, targets)]
+    print(f"candidate {i}: c = {cand}  y = {targets}  {' '.join(marks)}")
+verdict = verify_greedy(candidates, first_pred, cand_preds)
+print(f"\nbest candidate {verdict.best}, {verdict.matched} tokens matched, accepted {verdict.tokens.tolist()}")
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Which step indices would be kept if candidate 1 had matched all N-1 tokens? Check your
-#    answer with `layout.candidate_index()`.
+# 1. In the step above, which flat step indices did the KV cache keep? Work them out from
+#    `layout.candidate_index()` and the number of accepted tokens.
 # 2. Verification keeps the *longest* matching prefix. Could two candidates tie? Does it
 #    matter which one wins (think about the KV cache and the output)?
-# 3. Remove step 5 (no commit, the cache keeps all q entries). Decode a few more steps: what
-#    goes wrong, and would the output still equal greedy's?
+# 3. Suppose a step forgot to commit (the cache kept all q entries). Decode a few more steps in
+#    your head: what goes wrong, and would the output still equal greedy's?
 # 4. With G = 0 the step still feeds (N-1)W tokens and returns one token. Why is it still
 #    exactly one greedy step?

@@ -19,12 +19,12 @@
 # %%
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
+# transformers imports tqdm, which warns "IProgress not found" in a notebook without ipywidgets
+# (its progress bars then fall back to plain text). Harmless here, so that one warning is hidden.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
-import contextlib
 import html
-import io
 
 import matplotlib.pyplot as plt
 from IPython.display import HTML, display
@@ -37,8 +37,7 @@ from ladref import (
     lookahead_decode,
 )
 
-with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
-    model, tokenizer = load_default_model(device="cpu")
+model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 prompt = chat_ids(tokenizer, "Write a Python function is_palindrome(s) that ignores case and spaces, with a docstring.")
 MAX_NEW = 48
 config = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4)

@@ -24,11 +24,11 @@
 # %%
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
+# transformers imports tqdm, which warns "IProgress not found" in a notebook without ipywidgets
+# (its progress bars then fall back to plain text). Harmless here, so that one warning is hidden.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
-import contextlib
-import io
 import tempfile
 from pathlib import Path
 
@@ -48,8 +48,7 @@ from ladref.bench.flops import (
 )
 from ladref.bench.scaling import fit_log_linear, plot_scaling, scaling_sweep
 
-with contextlib.redirect_stderr(io.StringIO()):  # hide the GGUF loader's progress bars
-    model, tokenizer = load_default_model(device="cpu")
+model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 shape = ModelShape.from_model(model)
 print(shape)
 

@@ -26,6 +26,13 @@
 # Everything runs on a CPU with a tiny random model, in float64 / float32 for exact answers.
 
 # %%
+import warnings
+
+# transformers imports tqdm, which warns "IProgress not found" in a notebook without ipywidgets
+# (its progress bars then fall back to plain text). Harmless here, so that one warning is hidden.
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+# %%
 import json
 import time
 from pathlib import Path

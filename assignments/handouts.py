@@ -1,0 +1,186 @@
+"""The course handouts, rendered from the task table (`tasks.py`) and each task's prose.
+
+    python assignments/handouts.py            # print every task's handout
+    python assignments/handouts.py task1_3    # one of them
+
+``handouts/<marker>.md`` holds only what a person must write, as the sections of
+`REQUIRED_SECTIONS` in that order (level-2 headings). Everything else in a handout is generated:
+the facts (file, functions, points, time, what it builds on, from `tasks.py`), what each public
+test checks (the test functions carrying the task's marker, read with `ast`), the commands, the
+grading rules and how to submit. `make_student.py` writes the handouts into a student copy, and
+the documentation site's Assignments page shows them (`mkdocs_hook.py`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from tasks import TASKS, Task, marked_files, task_by_marker  # noqa: E402
+
+REPO = HERE.parent
+PROSE = HERE / "handouts"
+REQUIRED_SECTIONS = ("Goal", "The paper's rule", "Specification", "Hints", "Written questions")
+INSTALL = 'python -m pip install -c constraints.txt -e ".[dev]"'
+
+
+def student_commands(task: Task | None = None) -> list[tuple[str, str]]:
+    """(command, what it does) pairs a student runs in their copy: for one task, or for all of them."""
+    if task is None:
+        return [(INSTALL, "install the project and its test tools (once)"),
+                ("python -m pytest", "run every task's public tests"),
+                ("python assignments/autograde.py", "grade every task on the public tests, with points")]
+    return [(f"python -m pytest -m {task.marker} -x", "run this task's public tests, stopping at the first failure"),
+            (f"python -m pytest -m {task.marker}", "run all of them"),
+            (f"python assignments/autograde.py {task.marker}", "grade this task on the public tests, with points")]
+
+
+def command_block(commands: list[tuple[str, str]]) -> str:
+    """Commands for a bash block, each under a comment saying what it does."""
+    return "\n".join(f"# {why}\n{command}" for command, why in commands)
+
+
+def prose(task: Task) -> dict[str, str]:
+    """The hand-written sections of a task's handout, checked against `REQUIRED_SECTIONS`."""
+    path = PROSE / f"{task.marker}.md"
+    if not path.is_file():
+        raise FileNotFoundError(f"{task.marker} has no handout text: write {path.relative_to(REPO)}")
+    parts = re.split(r"^## (.+)\n", path.read_text(), flags=re.M)
+    sections = {title.strip(): body.strip() for title, body in zip(parts[1::2], parts[2::2])}
+    if tuple(sections) != REQUIRED_SECTIONS:
+        raise ValueError(f"{path.name} must have the sections {REQUIRED_SECTIONS} in that order, has {tuple(sections)}")
+    return sections
+
+
+def public_checks(task: Task, tests: Path) -> list[tuple[str, str]]:
+    """(test file::function, what it checks) for each public test of `task` (the docstring's first
+    line, else the function's name in words)."""
+    checks = []
+    for path in marked_files(tests, [task.marker]):
+        tree = ast.parse(path.read_text())
+        whole_file = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                         and task.marker in ast.unparse(n.value) for n in tree.body)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                if whole_file or task.marker in " ".join(ast.unparse(d) for d in node.decorator_list):
+                    doc = (ast.get_docstring(node) or node.name.removeprefix("test_").replace("_", " ")).splitlines()[0]
+                    checks.append((f"{path.name}::{node.name}", doc))
+    return checks
+
+
+def shift(text: str, levels: int) -> str:
+    """Markdown headings moved `levels` deeper (outside code blocks)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        fenced ^= line.startswith("```")
+        out.append("#" * levels + line if line.startswith("#") and not fenced else line)
+    return "\n".join(out)
+
+
+def code(text: str, html: bool = False) -> str:
+    """Inline code; with `html`, kept on one line on the site (no file name broken mid-word)."""
+    return f'<code class="nowrap">{text}</code>' if html else f"`{text}`"
+
+
+def facts(task: Task, html: bool = False) -> str:
+    """The table at the top of a handout."""
+    total = sum(t.points for t in TASKS)
+    rows = [("File", code(task.module, html)), ("You write", ", ".join(code(f, html) for f in task.functions)),
+            ("Points", f"{task.points} of {total}"), ("Time", f"about {task.hours} hours")]
+    if task.requires:
+        needs = ", ".join(f"task {task_by_marker(m).number}" for m in task.requires)
+        rows.append(("Builds on", f"{needs}: its public tests run your code of those, so do this task last"))
+    return f"| Task | {task.number} |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in rows)
+
+
+def render_handout(task: Task, tests: Path = REPO / "tests", level: int = 1, html: bool = False) -> str:
+    """The full handout of `task` as Markdown, its title at heading `level` (`html`: for the site)."""
+    text = prose(task)
+    checks = "\n".join(f"* `{name}`: {doc}" for name, doc in public_checks(task, tests))
+    commands = command_block(student_commands(task))
+    parts = [
+        f"# Task {task.number}: {task.title}", facts(task, html),
+        "## Goal", text["Goal"], "## The paper's rule", text["The paper's rule"],
+        "## Specification (what the tests check)", text["Specification"],
+        f"The public tests of this task (marker `{task.marker}`), in `tests/`:", checks or "* (none yet)",
+        "## Hints", text["Hints"],
+        "## Check your work", f"From the folder that holds `ladref/`:\n\n```bash\n{commands}\n```",
+        "## Grading",
+        f"The task is worth {task.points} points, split over its test groups (one group per test function; a group "
+        "earns its share times the fraction of its cases that pass). The public tests above are one part; hidden tests, "
+        "generated from the reference solution, check the same specification on many more cases. Your "
+        f"`{task.module}` is graded on its own, with the reference's code for every other file: write the whole task in "
+        "that file. Code that does not import scores 0 for the task, and a test that runs longer than its time limit "
+        "fails.",
+        "## Written questions", text["Written questions"],
+        "## Submit", f"Hand in `{task.module}` (or your whole folder: only the task files are graded).",
+    ]
+    return shift("\n\n".join(parts), level - 1) + "\n"
+
+
+def overview_table(tasks: list[Task], html: bool = False) -> str:
+    """One row per task: number, title, file, points, time (file names unbroken on the site with `html`)."""
+    rows = [f"| {t.number} | {t.title} | {code(t.module, html)} | {t.points} | {t.hours} h | {code(t.marker, html)} |" for t in tasks]
+    return "| Task | What you build | File | Points | Time | Marker |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
+
+
+def student_readme(tasks: list[Task]) -> str:
+    """The README.md of a student copy: start here."""
+    commands = command_block(student_commands())
+    return "\n\n".join([
+        "# ladref course assignment",
+        "You will rebuild the core of lookahead decoding (Fu et al., ICML 2024) inside `ladref`, a small "
+        "PyTorch library. The functions to write keep their signature and docstring; their body is a list of "
+        "`# TODO` steps and a `raise NotImplementedError`. Each task has a handout in `handouts/`: its goal, "
+        "the rule from the paper, the exact specification, hints, points, a time estimate and two written questions.",
+        overview_table(tasks),
+        "## Set up and check your work",
+        f"From this folder, with Python 3.10+:\n\n```bash\n{commands}\n```",
+        "On Linux, pip's default torch is the CUDA build (several GB). For the smaller CPU-only build, run "
+        "`python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu` before the "
+        "install command; it keeps that build.",
+        "Per task: `python -m pytest -m task1_2 -x` (stop at the first failure), `python assignments/autograde.py "
+        "task1_2` (points). The tests always run the `ladref/` of this folder: `pyproject.toml` puts it first on "
+        "pytest's path and `conftest.py` stops the run if anything else would be imported. Property tests "
+        "(Hypothesis) report the first failing example they find; add `--hypothesis-profile=dev` to one test's "
+        "command to have it shrunk to a minimal one.",
+        "## Rules",
+        "* Write each task in its own file (the table above); only those files are graded, each on its own.\n"
+        "* Do not edit the tests: grading uses the original ones, plus hidden tests.\n"
+        "* Work in the order of the table: the last task's tests run your code of the others.",
+        "## Submit",
+        "Hand in the task files (`ladref/...`), or this whole folder zipped.",
+    ]) + "\n"
+
+
+def instructor_notes(html: bool = False) -> str:
+    """Which tutorial to hold back with which task."""
+    rows = "\n".join(f"| {t.number} {t.title} | {', '.join(code(f'tutorials/{s}.py', html) for s in t.solution_tutorials) or '-'} |"
+                     for t in TASKS)
+    return ("| Task | Tutorials that show its solution: hand them out after the task's deadline |\n|---|---|\n"
+            f"{rows}")
+
+
+def site_sections() -> dict[str, str]:
+    """The generated parts of the site's Assignments page, by marker (see `mkdocs_hook.py`)."""
+    return {
+        "<!-- course-kit: tasks -->": overview_table(list(TASKS), html=True),
+        "<!-- course-kit: instructor-notes -->": instructor_notes(html=True),
+        "<!-- course-kit: handouts -->": "\n\n".join(render_handout(t, level=3, html=True) for t in TASKS),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    for task in [task_by_marker(m) for m in args] or TASKS:
+        print(render_handout(task))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
