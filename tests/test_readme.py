@@ -23,11 +23,13 @@ def test_readme_examples_run(capsys):
     from ladref import greedy_decode
 
     blocks = python_blocks()
-    assert len(blocks) == 4, "README: usage, compiled decoder, sampling and generate() examples"
+    assert len(blocks) == 5, "README: usage, draft decoders, compiled decoder, sampling and generate() examples"
     scope: dict = {}
     for block in blocks:  # as written, with a 32-token budget to keep CI short
         exec(compile(block.replace("max_new_tokens=128", "max_new_tokens=32").replace(", 128)", ", 32)"),
                      str(README), "exec"), scope)  # noqa: S102 - the README's own code
+        if "adaptive_decode(" in block:  # the drafted and the adaptive result are greedy's tokens
+            assert scope["result"].token_ids == greedy_decode(scope["model"], scope["ids"], 32).token_ids
         if "CompiledDecoder(" in block:  # compiled with torch.compile on the CPU: greedy's tokens, capture timed apart
             greedy = greedy_decode(scope["model"], scope["ids"], 32).token_ids
             assert scope["result"].token_ids == greedy and scope["decoder"].capture_s > 0
