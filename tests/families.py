@@ -1,7 +1,7 @@
-"""Tiny random models of more families, built from config (float64, eval mode, no downloads).
+"""The one factory of tiny random models, built from config (float64, eval mode, no downloads).
 
-`tests/strategies.py` covers Llama, Qwen2 and GPT-2; this adds the rest of the model-family
-matrix of docs/models.md, plus models ladref must refuse, and a peaky model for the sampling tests.
+Every family of the model matrix of docs/models.md, the models ladref must refuse, and a peaky
+model for the sampling tests. `tests/strategies.py` draws Llama, Qwen2 and GPT-2 from it.
 """
 
 from __future__ import annotations
@@ -20,43 +20,44 @@ REFUSED = {
     "flash_attention_2": "attention implementation that ignores 4-D masks",
 }
 
-_ATTENTION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  max_position_embeddings=256)
+CONTEXT = 512  # max_position_embeddings of every tiny model
 
 
-def _config(family: str, vocab: int) -> tuple[object, type]:
-    """(config, model class) of a 2-layer, width-32 model of `family`."""
+def _config(family: str, vocab: int, width: int = 32) -> tuple[object, type]:
+    """(config, model class) of a 2-layer model of `family` with hidden size `width`."""
     t = transformers
     common = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=None, pad_token_id=0)
-    gqa = dict(_ATTENTION, num_key_value_heads=2)
+    attention = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=4,
+                     max_position_embeddings=CONTEXT)
+    gqa = dict(attention, num_key_value_heads=2)
     table = {
         "llama": lambda: (t.LlamaConfig(**gqa, **common), t.LlamaForCausalLM),
         "mistral": lambda: (t.MistralConfig(**gqa, sliding_window=None, **common), t.MistralForCausalLM),
         "mistral_sliding": lambda: (t.MistralConfig(**gqa, sliding_window=8, **common), t.MistralForCausalLM),
         "qwen2": lambda: (t.Qwen2Config(**gqa, use_sliding_window=False, **common), t.Qwen2ForCausalLM),
         "qwen3": lambda: (t.Qwen3Config(**gqa, head_dim=8, use_sliding_window=False, **common), t.Qwen3ForCausalLM),
-        "gpt2": lambda: (t.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=256, **common), t.GPT2LMHeadModel),
+        "gpt2": lambda: (t.GPT2Config(n_embd=width, n_layer=2, n_head=4, n_positions=CONTEXT, **common), t.GPT2LMHeadModel),
         "gemma": lambda: (t.GemmaConfig(**gqa, head_dim=8, **common), t.GemmaForCausalLM),
         "gemma2": lambda: (t.Gemma2Config(**gqa, head_dim=8, sliding_window=8, **common), t.Gemma2ForCausalLM),
-        "phi": lambda: (t.PhiConfig(**_ATTENTION, **common), t.PhiForCausalLM),
+        "phi": lambda: (t.PhiConfig(**attention, **common), t.PhiForCausalLM),
         "phi3": lambda: (t.Phi3Config(**gqa, sliding_window=None, **common), t.Phi3ForCausalLM),
         "olmo": lambda: (t.OlmoConfig(**gqa, **common), t.OlmoForCausalLM),
         "stablelm": lambda: (t.StableLmConfig(**gqa, **common), t.StableLmForCausalLM),
-        "gpt_neox": lambda: (t.GPTNeoXConfig(**_ATTENTION, **common), t.GPTNeoXForCausalLM),
-        "opt": lambda: (t.OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
-                                    word_embed_proj_dim=32, max_position_embeddings=256, **common), t.OPTForCausalLM),
-        "mamba": lambda: (t.MambaConfig(hidden_size=32, state_size=4, num_hidden_layers=2, **common), t.MambaForCausalLM),
+        "gpt_neox": lambda: (t.GPTNeoXConfig(**attention, **common), t.GPTNeoXForCausalLM),
+        "opt": lambda: (t.OPTConfig(hidden_size=width, ffn_dim=2 * width, num_hidden_layers=2, num_attention_heads=4,
+                                    word_embed_proj_dim=width, max_position_embeddings=CONTEXT, **common), t.OPTForCausalLM),
+        "mamba": lambda: (t.MambaConfig(hidden_size=width, state_size=4, num_hidden_layers=2, **common), t.MambaForCausalLM),
     }
     if family not in table:
         raise ValueError(f"unknown family {family!r}")
     return table[family]()
 
 
-def build_family(family: str, vocab: int = 16, seed: int = 0, attn: str = "sdpa") -> torch.nn.Module:
+def build_family(family: str, vocab: int = 16, seed: int = 0, attn: str = "sdpa", width: int = 32) -> torch.nn.Module:
     """A tiny random float64 causal LM of `family` (or of the refused configurations above)."""
     flash = family == "flash_attention_2"
     family = "llama" if flash else family
-    config, cls = _config(family, vocab)
+    config, cls = _config(family, vocab, width)
     config._attn_implementation = "eager" if family in ("mamba", "gemma2") else attn
     torch.manual_seed(seed)
     model = cls(config).to(torch.float64).eval()

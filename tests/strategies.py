@@ -1,4 +1,4 @@
-"""Tiny random models built from config, and hypothesis strategies shared by the tests.
+"""The tiny random models the property tests draw from, and hypothesis strategies shared by the tests.
 
 Models are float64 so that every decoder's argmax chain is exactly reproducible, and small
 (vocabulary 8..32) so that greedy text repeats and the n-gram pool actually gets hits.
@@ -9,15 +9,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
+from families import build_family
 from hypothesis import strategies as st
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
 
 from ladref import LookaheadConfig
 
@@ -25,24 +18,10 @@ ARCHITECTURES = ("llama", "qwen2", "gpt2")
 
 
 def build_tiny(arch: str, vocab: int, seed: int, attn: str = "sdpa", width: int = 32) -> torch.nn.Module:
-    """A 2-layer, width-32 (or `width`) random causal LM of family `arch`, float64, in eval mode."""
-    common = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=None, pad_token_id=0)
-    if arch == "llama":
-        config = LlamaConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, max_position_embeddings=512, **common)
-        cls = LlamaForCausalLM
-    elif arch == "qwen2":
-        config = Qwen2Config(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, max_position_embeddings=512, use_sliding_window=False, **common)
-        cls = Qwen2ForCausalLM
-    elif arch == "gpt2":
-        config = GPT2Config(n_embd=width, n_layer=2, n_head=4, n_positions=512, **common)
-        cls = GPT2LMHeadModel
-    else:
+    """A 2-layer, width-32 (or `width`) random causal LM of family `arch`, float64 (`families.build_family`)."""
+    if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}")
-    config._attn_implementation = attn
-    torch.manual_seed(seed)
-    return cls(config).to(torch.float64).eval()
+    return build_family(arch, vocab, seed, attn, width)
 
 
 @lru_cache(maxsize=32)
