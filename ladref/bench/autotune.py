@@ -2,11 +2,11 @@
 
 A lookahead step feeds q = (N-1)(W+g) tokens and yields S tokens on average, so its speedup over
 greedy is predicted as ``S * t(1) / t(q)`` with t(q) the time of a q-token forward pass (flat
-while the hardware is underused, as on a GPU, then growing about linearly, as on a CPU).
-`recommend` measures t(q) (`ladref.cost.CostModel`) for a few block sizes and, for a few candidate configs, S and the
-wall-clock time of real decoding with greedy interleaved on the same prompts; it recommends the
-config *measured* fastest among those faster than greedy, and greedy decoding (``config=None``)
-when none was.
+while the hardware is underused, as on a GPU; on a CPU it jumps at q = 2, then grows:
+docs/cost_model.md). `recommend` measures t(q) with `ladref.cost.CostModel` for a few block sizes
+and, for a few candidate configs, S and the wall-clock time of real decoding with greedy
+interleaved on the same prompts; it recommends the config *measured* fastest among those faster
+than greedy, and greedy decoding (``config=None``) when none was.
 
 What decoding pays: every lookahead step has a new (q, past + q) shape, so t(q) is timed on a
 KV-cache length never used before (a kernel that plans per shape, such as cuDNN attention,
