@@ -1,8 +1,8 @@
 """Hidden tests of task 1.1: the step's positions, mask, inputs and additive masks equal the reference's.
 
 Draft trees are built with the `DraftTree` constructor from recorded tokens and parents (any shape,
-tries and separate chains alike), and the additive masks are fed recorded boolean masks, so each
-case tests one submitted function.
+tries and separate chains alike), and the additive masks are fed recorded boolean masks (step
+masks, padded ones, arbitrary ones), so each case tests one submitted function.
 """
 
 from __future__ import annotations
@@ -81,21 +81,37 @@ def step_of(case: dict):
             "layout": [layout.window_size, layout.lookahead_len, layout.length, len(layout.tree)]}
 
 
+def masks_to_convert(count: int, salt: int) -> list[tuple[str, list[str]]]:
+    """(id, allowed rows): step masks, the same padded as a constant-shape runner pads them (dummies
+    that see only themselves), and arbitrary boolean matrices: the additive forms take any mask."""
+    rng, found = random.Random(salt), []
+    for k, case in enumerate(layout_cases(count, salt)):
+        allowed = layout_of(case).allowed()
+        if k % 3 == 1:
+            pad = rng.randint(1, 4)
+            found.append((f"{case['id']}-pad{pad}", rows(torch.block_diag(allowed, torch.eye(pad, dtype=torch.bool)))))
+        elif k % 3 == 2:
+            q = rng.randint(1, 9)
+            found.append((f"random{k}-q{q}", ["".join(rng.choice("#.") for _ in range(q)) for _ in range(q)]))
+        else:
+            found.append((case["id"], rows(allowed)))
+    return found
+
+
 def additive_cases(count: int) -> list[dict]:
     cases = []
-    for k, case in enumerate(layout_cases(count, salt=11)):
+    for k, (name, allowed) in enumerate(masks_to_convert(count, salt=11)):
         dtype = list(DTYPES)[k % len(DTYPES)]
-        cases.append({"id": f"{case['id']}-past{k % 6}-{dtype}", "allowed": rows(layout_of(case).allowed()), "past": k % 6 * 3,
-                      "dtype": dtype})
+        cases.append({"id": f"{name}-past{k % 6 * 3}-{dtype}", "allowed": allowed, "past": k % 6 * 3, "dtype": dtype})
     return cases
 
 
 def static_cases(count: int) -> list[dict]:
     cases = []
-    for k, case in enumerate(layout_cases(count, salt=13)):
+    for k, (name, allowed) in enumerate(masks_to_convert(count, salt=13)):
         length, spare = (0, 4, 9, 2, 17)[k % 5], (0, 3, 1)[k % 3]
-        cases.append({"id": f"{case['id']}-len{length}-spare{spare}", "allowed": rows(layout_of(case).allowed()),
-                      "length": length, "spare": spare, "dtype": ("float32", "float64", "float16")[k % 3]})
+        cases.append({"id": f"{name}-len{length}-spare{spare}", "allowed": allowed, "length": length, "spare": spare,
+                      "dtype": ("float32", "float64", "float16")[k % 3]})
     return cases
 
 
@@ -127,8 +143,8 @@ def record() -> dict[str, list[dict]]:
         "test_position_offsets": [{**c, "expected": layout_of(c).position_offsets().tolist()} for c in layouts],
         "test_allowed": [{**c, "expected": rows(layout_of(c).allowed())} for c in layouts],
         "test_build_step_inputs": [{**c, "expected": step_of(c)} for c in step_cases(24)],
-        "test_to_additive": [{**c, "expected": additive_of(c)} for c in additive_cases(16)],
-        "test_static_additive": [{**c, "expected": static_of(c)} for c in static_cases(16)],
+        "test_to_additive": [{**c, "expected": additive_of(c)} for c in additive_cases(18)],
+        "test_static_additive": [{**c, "expected": static_of(c)} for c in static_cases(18)],
     }
 
 
