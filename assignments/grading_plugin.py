@@ -16,7 +16,8 @@ points the ``@pytest.mark.points(n)`` value (default 1).
 ``--test-timeout S`` fails any test whose body runs longer than S seconds (SIGALRM, on the
 platforms that have it), with a `TestTimeout` that Hypothesis does not retry. ``--hidden-cases
 FILE`` parametrizes tests that take a ``case`` argument with the cases recorded from the
-reference (``hidden/cases.py``), under the key ``test_file_stem::function``.
+reference (``hidden/cases.py``), under the key ``test_file_stem::function``; a test that
+parametrizes ``case`` itself (``@pytest.mark.parametrize("case", ...)``) keeps its own cases.
 
 It also registers the Hypothesis profile "grading" (the autograder's default): the tests' quick
 settings without the shrink phase, since shrinking an unimplemented function's failure only
@@ -67,8 +68,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Timeout(timeout), "grading-timeout")
 
 
+def parametrizes_case(metafunc: pytest.Metafunc) -> bool:
+    """True when the test itself parametrizes its ``case`` argument (a public test's own cases)."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if "case" in ([n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)):
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "case" not in metafunc.fixturenames:
+    if "case" not in metafunc.fixturenames or parametrizes_case(metafunc):
         return
     path = metafunc.config.getoption("--hidden-cases")
     if path is None:

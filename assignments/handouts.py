@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from tasks import TASKS, Task, marked_files, task_by_marker  # noqa: E402
+from tasks import TASKS, Task, marked_files, task_by_marker, work_order  # noqa: E402
 
 REPO = HERE.parent
 PROSE = HERE / "handouts"
@@ -59,7 +59,7 @@ def prose(task: Task) -> dict[str, str]:
 
 def public_checks(task: Task, tests: Path) -> list[tuple[str, str]]:
     """(test file::function, what it checks) for each public test of `task` (the docstring's first
-    line, else the function's name in words)."""
+    paragraph on one line, else the function's name in words)."""
     checks = []
     for path in marked_files(tests, [task.marker]):
         tree = ast.parse(path.read_text())
@@ -68,7 +68,8 @@ def public_checks(task: Task, tests: Path) -> list[tuple[str, str]]:
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 if whole_file or task.marker in " ".join(ast.unparse(d) for d in node.decorator_list):
-                    doc = (ast.get_docstring(node) or node.name.removeprefix("test_").replace("_", " ")).splitlines()[0]
+                    doc = (ast.get_docstring(node) or node.name.removeprefix("test_").replace("_", " ")).split("\n\n")[0]
+                    doc = " ".join(doc.split())
                     checks.append((f"{path.name}::{node.name}", doc))
     return checks
 
@@ -94,7 +95,8 @@ def facts(task: Task, html: bool = False) -> str:
             ("Points", f"{task.points} of {total}"), ("Time", f"about {task.hours} hours")]
     if task.requires:
         needs = ", ".join(f"task {task_by_marker(m).number}" for m in task.requires)
-        rows.append(("Builds on", f"{needs}: its public tests run your code of those, so do this task last"))
+        them = "it" if len(task.requires) == 1 else "them"
+        rows.append(("Builds on", f"{needs}: this task's public tests run your code of {them}, so finish {them} first"))
     return f"| Task | {task.number} |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in rows)
 
 
@@ -135,8 +137,9 @@ def student_readme(tasks: list[Task]) -> str:
     return "\n\n".join([
         "# ladref course assignment",
         "You will rebuild the core of lookahead decoding (Fu et al., ICML 2024) inside `ladref`, a small "
-        "PyTorch library. The functions to write keep their signature and docstring; their body is a list of "
-        "`# TODO` steps and a `raise NotImplementedError`. Each task has a handout in `handouts/`: its goal, "
+        "PyTorch library. The functions to write keep their signature and docstring; their body is a "
+        "`raise NotImplementedError`, after the solution's numbered steps as `# TODO` lines where it has them. "
+        "Each task has a handout in `handouts/`: its goal, "
         "the rule from the paper, the exact specification, hints, points, a time estimate and two written questions.",
         overview_table(tasks),
         "## Set up and check your work",
@@ -152,18 +155,25 @@ def student_readme(tasks: list[Task]) -> str:
         "## Rules",
         "* Write each task in its own file (the table above); only those files are graded, each on its own.\n"
         "* Do not edit the tests: grading uses the original ones, plus hidden tests.\n"
-        "* Work in the order of the table: the last task's tests run your code of the others.",
+        "* Work in this order: " + ", ".join(t.number for t in work_order(tasks)) + ". A task's tests run your "
+        "code of the tasks it builds on (its handout says which), so finish those first.",
         "## Submit",
         "Hand in the task files (`ladref/...`), or this whole folder zipped.",
     ]) + "\n"
 
 
 def instructor_notes(html: bool = False) -> str:
-    """Which tutorial to hold back with which task."""
-    rows = "\n".join(f"| {t.number} {t.title} | {', '.join(code(f'tutorials/{s}.py', html) for s in t.solution_tutorials) or '-'} |"
-                     for t in TASKS)
-    return ("| Task | Tutorials that show its solution: hand them out after the task's deadline |\n|---|---|\n"
-            f"{rows}")
+    """Which tutorial to hold back until which task's deadline (from `Task.solution_tutorials`)."""
+    held: dict[str, list[Task]] = {}
+    for task in TASKS:
+        for tutorial in task.solution_tutorials:
+            held.setdefault(tutorial, []).append(task)
+    rows = "\n".join(f"| {code(f'tutorials/{name}.py', html)} | {', '.join(f'{t.number} {t.title}' for t in tasks)} |"
+                     for name, tasks in sorted(held.items()))
+    free = sorted(p.stem for p in (REPO / "tutorials").glob("[0-9][0-9]_*.py") if p.stem not in held)
+    safe = ", ".join(code(f"tutorials/{name}.py", html) for name in free) or "none"
+    return ("| Tutorial | Shows the solution of: hand it out after these tasks' deadlines |\n|---|---|\n"
+            f"{rows}\n\nThe task table names no other tutorial ({safe}): those can go out with the course.")
 
 
 def site_sections() -> dict[str, str]:

@@ -10,8 +10,10 @@ comments (as ``# TODO 1. ...`` lines) but have their body replaced by
     OUT/README.md        start here: set-up, the tasks, the commands, how to submit
     OUT/handouts/        one handout per task (goal, rule, spec, hints, points, questions)
     OUT/ladref/          the package, with the chosen bodies removed
-    OUT/tests/           the public tests: the test files that carry a task marker, and the
-                         helpers they import (nothing that needs files the copy lacks)
+    OUT/tests/           the public tests: the test files that carry a task marker, the
+                         helpers they import and the data files they read (tests/data/<name>,
+                         shipped when a public test names it): nothing that needs files the
+                         copy lacks
     OUT/conftest.py      stops pytest when `import ladref` would not be this folder's package
     OUT/pyproject.toml   the project file, pytest pinned to this folder (``pythonpath = ["."]``)
     OUT/constraints.txt  the pins of the README's install command
@@ -198,6 +200,12 @@ def public_tests(tests: Path) -> list[Path]:
     return sorted(shipped)
 
 
+def public_data(tests: Path, shipped: list[Path]) -> list[Path]:
+    """The files of ``tests/data/`` that a shipped test reads: those whose name appears in its text."""
+    texts = [path.read_text() for path in shipped]
+    return [path for path in sorted((tests / "data").glob("*")) if path.is_file() and any(path.name in t for t in texts)]
+
+
 def pinned_pyproject(text: str) -> str:
     """The project file with pytest told to import from the folder itself (``pythonpath = ["."]``)."""
     header = "[tool.pytest.ini_options]\n"
@@ -222,8 +230,12 @@ def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
         raise FileExistsError(f"{out} exists; choose a new folder")
     shutil.copytree(REPO / "ladref", out / "ladref", ignore=IGNORED)
     (out / "tests").mkdir(parents=True)
-    for path in public_tests(REPO / "tests"):
+    shipped = public_tests(REPO / "tests")
+    for path in shipped:
         shutil.copy2(path, out / "tests" / path.name)
+    for path in public_data(REPO / "tests", shipped):
+        (out / "tests" / "data").mkdir(exist_ok=True)
+        shutil.copy2(path, out / "tests" / "data" / path.name)
     for name in COPIED_FILES:
         shutil.copy2(REPO / name, out / name)
     (out / "pyproject.toml").write_text(pinned_pyproject((out / "pyproject.toml").read_text()))

@@ -21,8 +21,9 @@ def points(value: Fraction) -> str:
 def summary(grade) -> str:
     """The plain report of an `autograde.Grade`: a line per task, its failing test groups, the total."""
     lines = [f"graded {grade.submission} ({'public and hidden tests' if grade.hidden else 'public tests only'})"]
+    width = max((len(t.task.title) for t in grade.tasks), default=0)
     for t in grade.tasks:
-        head = f"  task {t.task.number:<4} {t.task.title:<30} {points(t.score):>6} / {t.task.points:<3}"
+        head = f"  task {t.task.number:<4} {t.task.title:<{width}} {points(t.score):>6} / {t.task.points:<3}"
         if t.error:
             lines += [f"{head} could not be tested", *(f"      {line}" for line in t.error.splitlines()[-12:])]
             continue

@@ -64,7 +64,7 @@ TASKS: tuple[Task, ...] = (
         "ladref/masks.py",
         ("StepLayout.position_offsets", "StepLayout.allowed", "build_step_inputs", "to_additive", "static_additive"),
         requires=("task1_5",),
-        points=20,
+        points=25,
         hours="3-4",
         solution_tutorials=("03_attention_mask",),
     ),
@@ -94,7 +94,7 @@ TASKS: tuple[Task, ...] = (
         ("draft_step",),
         requires=("task1_1", "task1_2", "task1_3", "task1_5"),
         points=30,
-        hours="3-5",
+        hours="3-4",
         solution_tutorials=("04_combined_step",),
     ),
     Task(
@@ -102,9 +102,9 @@ TASKS: tuple[Task, ...] = (
         "the draft tree (a trie) and its mask",
         "ladref/tree.py",
         ("DraftTree.extend", "DraftTree.ancestors"),
-        points=20,
-        hours="2-3",
-        solution_tutorials=("08_draft_trees",),
+        points=15,
+        hours="1-2",
+        solution_tutorials=("03_attention_mask", "08_draft_trees"),
     ),
 )
 
@@ -115,6 +115,29 @@ def task_by_marker(marker: str) -> Task:
         if task.marker == marker:
             return task
     raise ValueError(f"unknown task {marker!r}; known: {', '.join(t.marker for t in TASKS)}")
+
+
+def work_order(tasks: list[Task] | tuple[Task, ...] = TASKS) -> list[Task]:
+    """`tasks` in table order, each task's required tasks moved before it (1.5, 1.1, 1.2, ...).
+
+    A task's public tests run the student's code of the tasks it requires, so this is the order
+    in which a student can check each task as they finish it.
+    """
+    chosen = {t.marker: t for t in tasks}
+    order: list[Task] = []
+
+    def visit(task: Task, path: tuple[str, ...]) -> None:
+        if task.marker in path:
+            raise ValueError(f"tasks that require each other: {' -> '.join((*path, task.marker))}")
+        for marker in task.requires:
+            if marker in chosen and chosen[marker] not in order:
+                visit(chosen[marker], (*path, task.marker))
+        if task not in order:
+            order.append(task)
+
+    for task in tasks:
+        visit(task, ())
+    return order
 
 
 def expected_failures(removed: set[str]) -> set[str]:

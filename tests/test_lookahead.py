@@ -18,7 +18,7 @@ from strategies import (
     vocab_sizes,
 )
 
-from ladref import LookaheadConfig, LookaheadProposer, greedy_decode, jacobi_decode, lookahead_decode
+from ladref import DraftTree, LookaheadConfig, LookaheadProposer, greedy_decode, jacobi_decode, lookahead_decode
 from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
@@ -88,6 +88,22 @@ def test_window_predictions_are_jacobi_updates_and_feed_the_pool():
     expected = model(torch.tensor([prompt + window[0, 1:].tolist()])).logits[0, len(prompt) - 1 :].argmax(-1)
     assert proposer.window.grid[0].tolist() == expected.tolist()
     assert len(proposer.pool) == len(set(zip(window[0].tolist(), expected.tolist())))
+
+
+def test_step_with_topk_reports_the_top_tokens_after_every_fed_token():
+    """With topk > 0 (as Token Recycling asks) the outcome holds the top-k next tokens after every fed token."""
+    model, prompt = tiny_model("llama", 16, 0), [1, 2, 3]
+    config = LookaheadConfig(window_size=3, ngram_size=3, max_candidates=2, pool_from_prompt=False)
+    runner, proposer, current = started(model, prompt, config)
+    tree = DraftTree.from_paths([[4, 5], [6]], "s")  # nodes 4, 5 (under 4), 6
+    outcome = draft_step(runner, current, tree, proposer.window, topk=3)
+    L = outcome.window_tokens + 1  # the lookahead branch, current token included
+    assert outcome.top.shape == (outcome.fed, 3) == (L + 3, 3)
+    # row 0: after the current token; the row of node 5: after its root path 4, 5
+    for row, sequence in ((0, prompt), (L + 1, prompt + [4, 5])):
+        assert outcome.top[row].tolist() == model(torch.tensor([sequence])).logits[0, -1].topk(3).indices.tolist()
+    assert outcome.root_pred == outcome.top[0, 0] and outcome.node_preds.tolist() == outcome.top[L:, 0].tolist()
+    assert runner.past_len == len(prompt) + len(outcome.path)  # the current token and the accepted path
 
 
 def test_verification_speeds_up_repetitive_text():

@@ -21,9 +21,11 @@ def test_shared_prefixes_are_one_node():
     assert tree.children == {-1: [0, 4], 0: [1, 5], 1: [2, 3]}
 
 
-def test_chains_share_nothing():
-    tree = DraftTree.chains([[1, 2], [1, 3]], "pool")
-    assert tree.tokens.tolist() == [1, 2, 1, 3] and tree.parents.tolist() == [-1, 0, -1, 2]
+def test_chains_repeat_a_prefix_the_trie_feeds_once():
+    paths = [[1, 2], [1, 3]]
+    chains, trie = DraftTree.chains(paths, "pool"), DraftTree.from_paths(paths, "pool")
+    assert chains.tokens.tolist() == [1, 2, 1, 3] and chains.parents.tolist() == [-1, 0, -1, 2]
+    assert trie.tokens.tolist() == [1, 2, 3] and trie.parents.tolist() == [-1, 0, 0]
 
 
 @given(paths_lists)

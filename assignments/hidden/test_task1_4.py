@@ -1,4 +1,10 @@
-"""Hidden tests of task 1.4: the step's trace (tokens, widths, window, pool, cache) equals the reference's."""
+"""Hidden tests of task 1.4: what `draft_step` feeds, keeps, harvests, accepts and commits equals the reference's.
+
+Each run drives `draft_step` by hand, as `ladref.step.run_drafting` does, with one or several
+draft sources (the lookahead window and pool, prompt lookup, Jacobi's chain, Token Recycling's
+top-k tree), greedy or sampled, on tiny float64 models; the decoders that loop the step are
+checked too.
+"""
 
 from __future__ import annotations
 
@@ -6,96 +12,233 @@ import pytest
 import torch
 from strategies import build_tiny
 
-from ladref import LookaheadConfig, lookahead_decode
-from ladref.lookahead import LookaheadState, lookahead_step
+from ladref import (
+    JacobiProposer,
+    LookaheadConfig,
+    LookaheadProposer,
+    PromptLookupProposer,
+    RecyclingProposer,
+    TreeTemplate,
+    draft_decode,
+    jacobi_decode,
+    lookahead_decode,
+    prompt_lookup_decode,
+    recycling_decode,
+)
+from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
+from ladref.sampling import SamplingChooser, Warp
+from ladref.step import draft_step
 
 pytestmark = pytest.mark.task1_4
 
-# (architecture, vocabulary, seed, prompt, (W, N, G, pool_from_prompt), steps or new tokens)
+# (architecture, vocabulary, seed, prompt, proposers, steps, sampling (temperature, seed) or None)
 RUNS = [
-    ("llama", 16, 0, [1, 2, 3, 1, 2, 3, 1], (3, 4, 3, True), 10),
-    ("llama", 8, 1, [5, 6, 7], (4, 3, 2, False), 10),
-    ("qwen2", 16, 2, [4, 4, 2, 9, 4, 4], (2, 5, 4, True), 8),
-    ("gpt2", 32, 3, [7, 1, 7, 1, 7], (5, 2, 3, True), 10),
-    ("llama", 16, 3, [3], (3, 3, 0, True), 6),
-    ("qwen2", 8, 0, [1, 2, 1, 2, 1, 2, 1, 2], (1, 4, 1, True), 8),
+    ("llama", 16, 0, [1, 2, 3, 1, 2, 3, 1], [["lookahead", 3, 4, 3, True]], 10, None),
+    ("llama", 8, 1, [5, 6, 7], [["lookahead", 4, 3, 2, False]], 10, None),
+    ("qwen2", 16, 2, [4, 4, 2, 9, 4, 4], [["lookahead", 2, 5, 4, True]], 8, None),
+    ("gpt2", 32, 3, [7, 1, 7, 1, 7], [["lookahead", 5, 2, 3, True]], 10, None),
+    ("llama", 16, 3, [3], [["lookahead", 3, 3, 0, True]], 6, None),
+    ("qwen2", 8, 0, [1, 2, 1, 2, 1, 2, 1, 2], [["prompt_lookup", 4, 2]], 8, None),
+    ("llama", 16, 0, [1, 2, 3], [["jacobi", 4]], 8, None),
+    ("gpt2", 16, 2, [3, 1, 4, 1, 5], [["recycling", 8, 3, 3]], 8, None),
+    ("llama", 8, 2, [1, 2, 3, 1, 2], [["lookahead", 3, 3, 2, True], ["prompt_lookup", 3, 2]], 8, None),
+    ("llama", 16, 0, [1, 2, 3, 1, 2, 3], [["lookahead", 3, 4, 3, True]], 8, (0.8, 0)),
+    ("qwen2", 8, 1, [4, 5, 4, 5, 4], [["prompt_lookup", 3, 2], ["recycling", 6, 2, 3]], 8, (1.2, 1)),
 ]
-STARTS = [([1, 2, 3], (3, 4, 3, True)), ([9], (2, 3, 2, True)), ([4, 5, 6, 7, 8, 9, 10, 11, 12, 13], (2, 3, 2, False)),
-          ([1, 1, 2, 1, 1, 2], (4, 2, 4, True)), ([5, 6], (1, 6, 1, True)), (list(range(20)), (5, 5, 5, True))]
 
 
-def config_of(values) -> LookaheadConfig:
-    W, N, G, from_prompt = values
-    return LookaheadConfig(window_size=W, ngram_size=N, max_candidates=G, pool_from_prompt=from_prompt)
+def proposers_of(specs: list, vocab: int) -> list:
+    made = []
+    for name, *args in specs:
+        if name == "lookahead":
+            W, N, G, from_prompt = args
+            made.append(LookaheadProposer(LookaheadConfig(window_size=W, ngram_size=N, max_candidates=G, pool_from_prompt=from_prompt)))
+        elif name == "prompt_lookup":
+            made.append(PromptLookupProposer(draft_len=args[0], max_ngram=args[1]))
+        elif name == "jacobi":
+            made.append(JacobiProposer(block_size=args[0]))
+        else:
+            size, topk, depth = args
+            made.append(RecyclingProposer(vocab, template=TreeTemplate.best_first(size=size, topk=topk, depth=depth)))
+    return made
 
 
-def pool_state(pool, vocab: int) -> dict[str, list]:
-    return {str(key): pool.candidates(key, pool.capacity).tolist() for key in range(vocab)}
+def run_id(run: tuple) -> str:
+    arch, vocab, seed, _, specs, _, sample = run
+    sources = "+".join(f"{s[0]}{''.join(str(int(a)) for a in s[1:])}" for s in specs)
+    return f"{arch}-V{vocab}-s{seed}-{sources}{'-sampled' if sample else ''}"
+
+
+def rows(mask: torch.Tensor) -> list[str]:
+    return ["".join("#" if v else "." for v in row) for row in mask.tolist()]
+
+
+def as_list(value) -> list | None:
+    return None if value is None else torch.as_tensor(value).tolist()
+
+
+class SpyRunner:
+    """A `ModelRunner` that records every forward and commit the step makes."""
+
+    def __init__(self, runner: ModelRunner) -> None:
+        self.runner, self.calls = runner, []
+        self.vocab_size, self.device, self.constant_shapes = runner.vocab_size, runner.device, runner.constant_shapes
+
+    @property
+    def past_len(self) -> int:
+        return self.runner.past_len
+
+    def forward(self, input_ids, position_ids=None, allowed=None, keep=None):
+        q, past = input_ids.shape[0], self.runner.past_len
+        positions = torch.arange(past, past + q) if position_ids is None else position_ids  # None: causal positions
+        self.calls.append({"forward": [input_ids.tolist(), as_list(positions), None if allowed is None else rows(allowed),
+                                       list(range(q)) if keep is None else as_list(keep)]})  # None: every row kept
+        return self.runner.forward(input_ids, position_ids, allowed, keep)
+
+    def commit(self, past_len, keep):
+        self.calls.append({"commit": [int(past_len), as_list(keep)]})
+        return self.runner.commit(past_len, keep)
+
+
+def drive(run: tuple, spy: bool = False):
+    """Run the steps of `run` as `run_drafting` does; yields (runner, window, outcome, context) after each step."""
+    arch, vocab, seed, prompt, specs, steps, sample = run
+    model = build_tiny(arch, vocab, seed)
+    proposers = proposers_of(specs, vocab)
+    window = next((p.window for p in proposers if getattr(p, "window", None) is not None), None)
+    topk = max(getattr(p, "topk", 0) for p in proposers)
+    chooser = None if sample is None else SamplingChooser(Warp(sample[0]), torch.Generator().manual_seed(sample[1]))
+    context = list(prompt)
+    for proposer in proposers:
+        proposer.begin(list(context))
+    runner = ModelRunner(model)
+    current = runner.prefill(torch.tensor(prompt), DecodeStats())
+    stepped = SpyRunner(runner) if spy else runner
+    with torch.inference_mode():
+        for _ in range(steps):
+            tree = merged_tree(proposers, context, vocab)
+            outcome = draft_step(stepped, current, tree, window, chooser, list(context), topk)
+            yield stepped, window, outcome, context
+            for proposer in proposers:
+                proposer.learn(outcome)
+            context.extend(int(t) for t in outcome.tokens)
+            current = int(outcome.tokens[-1])
 
 
 def trace(run: tuple) -> list[dict]:
-    """Run `steps` lookahead steps by hand and record what each one did."""
-    arch, vocab, seed, prompt, values, steps = run
-    model, config = build_tiny(arch, vocab, seed), config_of(values)
-    runner, state = ModelRunner(model), LookaheadState.start(torch.tensor(prompt), config)
-    current, seen = runner.prefill(torch.tensor(prompt), DecodeStats()), []
-    with torch.inference_mode():
-        for _ in range(steps):
-            accepted, width = lookahead_step(runner, state, current, config)
-            seen.append({"accepted": accepted, "width": width, "window": state.window.tolist(), "steps": state.steps,
-                         "past_len": runner.past_len, "pool": pool_state(state.pool, vocab)})
-            current = accepted[-1]
+    """What each step returned, and the cache and window after it."""
+    seen = []
+    for runner, window, outcome, _ in drive(run):
+        seen.append({
+            "position": int(outcome.position), "input_ids": as_list(outcome.input_ids), "fed": int(outcome.fed),
+            "tokens": [int(t) for t in outcome.tokens], "path": [int(n) for n in outcome.path], "root_pred": int(outcome.root_pred),
+            "node_preds": as_list(outcome.node_preds), "harvest": as_list(outcome.harvest), "top": as_list(outcome.top),
+            "window_tokens": int(outcome.window_tokens), "past_len": runner.past_len,
+            "window": None if window is None else [window.grid.tolist(), window.steps],
+        })
     return seen
 
 
-def decoded(run: tuple) -> dict:
-    arch, vocab, seed, prompt, values, new_tokens = run
-    result = lookahead_decode(build_tiny(arch, vocab, seed), prompt, 3 * new_tokens, config=config_of(values), eos_token_id=[])
-    return {"token_ids": result.token_ids, "accepted": result.stats.accepted_per_step, "widths": result.stats.forward_tokens_per_step}
+def calls(run: tuple) -> list[list[dict]]:
+    """The runner calls of each step."""
+    seen = []
+    for runner, _, _, _ in drive(run, spy=True):
+        seen.append(runner.calls)
+        runner.calls = []
+    return seen
 
 
-def sampled(run: tuple) -> list[int]:
-    """lookahead_decode with sampling (the step's chooser path), from a seeded generator."""
-    arch, vocab, seed, prompt, values, new_tokens = run
-    generator = torch.Generator().manual_seed(seed)
-    return lookahead_decode(build_tiny(arch, vocab, seed), prompt, new_tokens, config=config_of(values), eos_token_id=[],
-                            do_sample=True, temperature=0.8, generator=generator).token_ids
+def cache_is_the_committed_sequence(run: tuple) -> None:
+    """After the last step, the cache equals a plain causal forward over the committed tokens."""
+    *_, (runner, _, _, context) = drive(run)  # run to the end: `context` then holds every accepted token
+    committed = context[:-1]  # the newest token is the next step's input, not yet in the cache
+    reference = ModelRunner(runner.model)
+    reference.forward(torch.tensor(committed))
+    assert runner.past_len == reference.past_len == len(committed)
+    for ours, theirs in zip(runner.cache.layers, reference.cache.layers):
+        torch.testing.assert_close(ours.keys, theirs.keys, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(ours.values, theirs.values, rtol=1e-9, atol=1e-9)
 
 
-def started(start: tuple) -> dict:
-    prompt, values = start
-    state = LookaheadState.start(torch.tensor(prompt), config_of(values))
-    return {"window": state.window.tolist(), "steps": state.steps, "pool": pool_state(state.pool, max(prompt) + 2)}
+# (decoder, architecture, vocabulary, seed, prompt, new tokens, options)
+DECODES = [
+    ("lookahead", "llama", 16, 0, [1, 2, 3], 30, {"W": 4, "N": 4, "G": 4}),
+    ("lookahead", "gpt2", 8, 1, [5, 6, 7, 5, 6], 25, {"W": 2, "N": 5, "G": 2}),
+    ("jacobi", "gpt2", 8, 1, [5, 6, 7, 5, 6], 20, {"block_size": 4}),
+    ("prompt_lookup", "llama", 8, 3, [1, 2, 1, 2, 3, 1, 2], 25, {}),
+    ("recycling", "gpt2", 16, 0, [3, 1, 4, 1, 5], 25, {}),
+    ("draft", "llama", 16, 1, [2, 7, 2, 7, 2], 25, {}),
+]
+
+
+def decoded(case: list, sample: tuple | None = None) -> dict:
+    name, arch, vocab, seed, prompt, new_tokens, options = case
+    model = build_tiny(arch, vocab, seed)
+    kwargs = {"eos_token_id": []}
+    if sample is not None:
+        kwargs.update(do_sample=True, temperature=sample[0], generator=torch.Generator().manual_seed(sample[1]))
+    if name == "lookahead":
+        config = LookaheadConfig(window_size=options["W"], ngram_size=options["N"], max_candidates=options["G"])
+        result = lookahead_decode(model, prompt, new_tokens, config=config, **kwargs)
+    elif name == "jacobi":
+        result = jacobi_decode(model, prompt, new_tokens, block_size=options["block_size"], **kwargs)
+    elif name == "prompt_lookup":
+        result = prompt_lookup_decode(model, prompt, new_tokens, **kwargs)
+    elif name == "recycling":
+        result = recycling_decode(model, prompt, new_tokens, template=TreeTemplate.best_first(size=12, topk=3, depth=4), **kwargs)
+    else:
+        proposers = [LookaheadProposer(LookaheadConfig(3, 3, 2)), PromptLookupProposer(draft_len=4),
+                     RecyclingProposer(vocab, template=TreeTemplate.best_first(size=6, topk=2, depth=3))]
+        result = draft_decode(model, prompt, new_tokens, proposers=proposers, **kwargs)
+    stats = result.stats
+    return {"token_ids": result.token_ids, "accepted": stats.accepted_per_step, "fed": stats.forward_tokens_per_step,
+            "window": stats.window_tokens_per_step, "by_source": {source: {str(k): n for k, n in sorted(histogram.items())}
+                          for source, histogram in sorted(stats.accepted_by_source.items())}}  # JSON keys are strings
 
 
 def record() -> dict[str, list[dict]]:
     """The reference's answers (run by cases.py with the reference on the path)."""
-    run_ids = [f"{r[0]}-V{r[1]}-s{r[2]}-WNG{r[4][0]}{r[4][1]}{r[4][2]}" for r in RUNS]
+    runs = [{"id": run_id(r), "run": list(r)} for r in RUNS]
+    decodes = [{"id": f"{d[0]}-{d[1]}-V{d[2]}-s{d[3]}", "decode": list(d)} for d in DECODES]
+    sampled = [{"id": f"{d[0]}-{d[1]}-V{d[2]}-s{d[3]}-t{t}", "decode": list(d), "sample": [t, k]}
+               for k, (d, t) in enumerate(zip(DECODES[::2], (0.7, 1.0, 1.5)))]
     return {
-        "test_start": [{"id": f"start{k}", "start": list(s), "expected": started(s)} for k, s in enumerate(STARTS)],
-        "test_step_trace": [{"id": i, "run": list(r), "expected": trace(r)} for i, r in zip(run_ids, RUNS)],
-        "test_decode": [{"id": i, "run": list(r), "expected": decoded(r)} for i, r in zip(run_ids, RUNS)],
-        "test_sampled_decode": [{"id": i, "run": list(r), "expected": sampled(r)} for i, r in zip(run_ids[:2], RUNS[:2])],
+        "test_step_trace": [{**r, "expected": trace(tuple(r["run"]))} for r in runs],
+        "test_runner_calls": [{**r, "expected": calls(tuple(r["run"]))} for r in runs],
+        "test_committed_cache": runs,
+        "test_decoders": [{**d, "expected": decoded(d["decode"])} for d in decodes],
+        "test_sampled_decoders": [{**d, "expected": decoded(d["decode"], tuple(d["sample"]))} for d in sampled],
     }
-
-
-def test_start(case):
-    assert started(tuple(case["start"])) == case["expected"]
 
 
 @pytest.mark.points(3)
 def test_step_trace(case):
-    expected = case["expected"]
-    for k, (ours, theirs) in enumerate(zip(trace(tuple(case["run"])), expected)):
-        assert ours == theirs, f"step {k + 1} differs from the reference's"
+    for k, (ours, theirs) in enumerate(zip(trace(tuple(case["run"])), case["expected"])):
+        for key in theirs:
+            assert ours[key] == theirs[key], f"step {k + 1}: {key} differs from the reference's"
 
 
 @pytest.mark.points(2)
-def test_decode(case):
-    assert decoded(tuple(case["run"])) == case["expected"]
+def test_runner_calls(case):
+    for k, (ours, theirs) in enumerate(zip(calls(tuple(case["run"])), case["expected"])):
+        assert [next(iter(c)) for c in ours] == [next(iter(c)) for c in theirs], f"step {k + 1}: the runner calls differ"
+        for call, expected in zip(ours, theirs):
+            (name, args), = call.items()
+            fields = ("input_ids", "position_ids", "allowed", "keep") if name == "forward" else ("past_len", "keep")
+            for field, got, want in zip(fields, args, expected[name]):
+                assert got == want, f"step {k + 1}: runner.{name}'s {field} differs from the reference's"
 
 
-def test_sampled_decode(case):
-    assert sampled(tuple(case["run"])) == case["expected"]
+def test_committed_cache(case):
+    cache_is_the_committed_sequence(tuple(case["run"]))
+
+
+@pytest.mark.points(2)
+def test_decoders(case):
+    assert decoded(case["decode"]) == case["expected"]
+
+
+def test_sampled_decoders(case):
+    assert decoded(case["decode"], tuple(case["sample"])) == case["expected"]
