@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from ladref_api import first_divergence
+from ladref_api import DATASET_ALIASES, first_divergence
 
 CSV_COLUMNS = ("dataset", "prompt_id", "prompt_len", "stack", "method", "config", "new_tokens", "steps", "S", "wall_s",
                "tok_s", "mean_fed", "debug_steps", "same_as_ref", "same_as_own_greedy", "same_as_lade", "same_schedule_as_lade", "diverge_at",
@@ -128,3 +128,14 @@ def write(out_dir: Path, meta: dict, rows: list[dict], datasets: list[str]) -> l
         writer.writerows(summary)
     (out_dir / "summary.md").write_text(markdown(summary) + "\n", encoding="utf-8")
     return summary
+
+
+def read_results(out_dir: Path) -> tuple[dict, list[dict]]:
+    """(meta, rows) of a results folder's peer_lade.json, datasets under their current names.
+
+    Runs written before GSM8K was renamed call it "math" (the committed one does); its rows are
+    read as "gsm8k", so that they line up with a new run's.
+    """
+    payload = json.loads((Path(out_dir) / "peer_lade.json").read_text(encoding="utf-8"))
+    rows = [{**r, "dataset": DATASET_ALIASES.get(r["dataset"], r["dataset"])} for r in payload["records"]]
+    return payload["meta"], rows

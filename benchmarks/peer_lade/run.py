@@ -5,7 +5,7 @@ folder both stacks read (build/peer_lade/smollm2-135m-instruct), runs greedy and
 stacks plus ladref's LADE mimics (`mimic.py`), compares every output with greedy and writes
 results (JSON, CSV, Markdown) to --out:
 
-    python benchmarks/peer_lade/run.py                                    # CPU, float32, 10 prompts per dataset
+    python benchmarks/peer_lade/run.py                                    # CPU, float32, 10 prompts of each of DATASETS
     python benchmarks/peer_lade/run.py --limit 1 --max-new-tokens 32      # a quick check
     python benchmarks/peer_lade/run.py --device cuda --dtype float16      # on a GPU
 
@@ -26,17 +26,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from convert import EOS_ID, MODEL_DIR, convert  # noqa: E402
-from ladref_api import DATASETS, encode_prompts, load_prompts  # noqa: E402
+from ladref_api import canonical_dataset, encode_prompts, load_prompts  # noqa: E402
 from measure import LadeWorker, measure, methods  # noqa: E402
 from peer_env import BUILD, LADE_PIN, PEER_PINS, build  # noqa: E402
 from report import annotate, markdown, write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+DATASETS = ("humaneval", "mtbench", "gsm8k")  # the committed run's (there named "math", GSM8K's former name)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, from {DATASETS} (math = GSM8K)")
+    parser.add_argument("--datasets", default=",".join(DATASETS),
+                        help="comma-separated: humaneval, mtbench, gsm8k (alias math), specbench, specbench:<task>")
     parser.add_argument("--limit", type=int, default=10, help="first K prompts of each dataset")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--configs", nargs="+", default=["5,7,7", "5,15,15"], help="N,W,G triples (LEVEL,WINDOW_SIZE,GUESS_SET_SIZE)")
@@ -49,7 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.dtype = args.dtype or ("float16" if args.device.startswith("cuda") else "float32")
     args.configs = [tuple(int(x) for x in c.split(",")) for c in args.configs]
-    args.datasets = args.datasets.split(",")
+    try:
+        args.datasets = list(dict.fromkeys(canonical_dataset(d) for d in args.datasets.split(",")))
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
@@ -92,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         worker.close()
     annotate(rows, {(p.dataset, p.prompt_id): ids for p, ids in zip(prompts, encoded)}, model)
-    summary = write(args.out, meta(args, worker.info, started, load_start), rows, args.datasets)
+    datasets = list(dict.fromkeys(p.dataset for p in prompts))  # as the rows name them (specbench:<task> -> specbench)
+    summary = write(args.out, meta(args, worker.info, started, load_start), rows, datasets)
     print(markdown(summary))
     print(f"[peer_lade] results in {args.out}")
     return 0
