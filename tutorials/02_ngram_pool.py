@@ -27,11 +27,11 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 import torch
 
-from ladref import LookaheadConfig, chat_ids, load_default_model, lookahead_decode
-from ladref.lookahead import LookaheadState, lookahead_step
+from ladref import DraftTree, LookaheadConfig, LookaheadProposer, chat_ids, load_default_model, lookahead_decode
 from ladref.ngram_pool import NGramPool
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
+from ladref.step import draft_step
 
 model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 
@@ -77,37 +77,41 @@ for cand in seeded.candidates(the, limit=4):
 # ## Harvesting the Jacobi trajectory
 #
 # The lookahead branch keeps the last N-1 Jacobi iterations of a W-token guess as a window of
-# shape (N-1, W), each row one position to the right of the row above. One step predicts a new
-# row; each **column** of `[window; new row]` then reads N tokens at consecutive positions, each
-# the model's prediction after the ones above it: an n-gram. `NGramPool.harvest` adds the W
-# column n-grams, and the window slides by one row.
+# shape (N-1, W), each row one position to the right of the row above
+# (`LookaheadProposer.window.grid`). One step predicts a new row; each **column** of
+# `[window; new row]` then reads N tokens at consecutive positions, each the model's prediction
+# after the ones above it: an n-gram. The step hands that (N, W) trajectory back in
+# `StepOutcome.harvest`, the window slides by one row, and the proposer's `learn` adds the W
+# column n-grams to its pool (`NGramPool.harvest`).
 #
-# We run the real combined step (`lookahead_step`) with verification turned off (G = 0, so one
-# greedy token per step) and an empty pool, and print the window and the harvested n-grams.
-# (The pool keeps `max(G, 1)` continuations per key unless `pool_capacity` is given; we give 8.)
+# We run the real combined step (`ladref.step.draft_step`) with an empty draft tree, so nothing
+# is verified and each step yields one greedy token, starting from an empty pool, and print the
+# window and the harvested n-grams. (The pool keeps `max(G, 1)` continuations per key unless
+# `pool_capacity` is given; we give 8.)
 
 # %%
 config = LookaheadConfig(window_size=5, ngram_size=4, max_candidates=0, pool_from_prompt=False, pool_capacity=8)
-runner, stats = ModelRunner(model), DecodeStats()
-state = LookaheadState.start(prompt, config)
-current = runner.prefill(prompt, stats)
+proposer = LookaheadProposer(config)
+proposer.begin(prompt.tolist())  # the window starts as the prompt's last (N-1)W tokens; the pool empty
+runner = ModelRunner(model)
+current = runner.prefill(prompt, DecodeStats())
 with torch.inference_mode():
     for step in range(5):
-        window = state.window.clone()
+        window = proposer.window.grid.clone()
         window[0, 0] = current  # the step replaces cell (0, 0) with the current token
-        accepted, width = lookahead_step(runner, state, current, config)
-        new_row = state.window[-1]
-        print(f"step {step}: current {show([current])[0]!r}, accepted {show(accepted)}, {width} tokens fed")
+        outcome = draft_step(runner, current, DraftTree.empty(), proposer.window)
+        proposer.learn(outcome)  # adds the harvested columns to the pool
+        new_row = proposer.window.grid[-1]
+        print(f"step {step}: current {show([current])[0]!r}, accepted {show(outcome.tokens)}, {outcome.fed} tokens fed")
         for r in range(window.shape[0]):
             print(f"   window row {r}: {' | '.join(f'{t:>9}' for t in show(window[r]))}")
         print(f"   new row     : {' | '.join(f'{t:>9}' for t in show(new_row))}")
-        if step >= config.ngram_size - 2:  # harvesting starts once the window holds model outputs
-            grid = torch.cat([window, new_row[None]])
-            print("   harvested:", ["".join(show(col)) for col in grid.t()])
+        if outcome.harvest is not None:  # harvesting starts once the window holds model outputs
+            print("   harvested:", ["".join(show(col)) for col in outcome.harvest.t()])
         else:
             print("   (window still holds prompt tokens: nothing harvested yet)")
-        current = accepted[-1]
-print(f"pool size after 5 steps: {len(state.pool)} n-grams")
+        current = outcome.tokens[-1]
+print(f"pool size after 5 steps: {len(proposer.pool)} n-grams")
 
 # %% [markdown]
 # Early windows are made of prompt tokens cycled into place, so the first N-2 steps harvest
@@ -116,8 +120,9 @@ print(f"pool size after 5 steps: {len(state.pool)} n-grams")
 #
 # ## Does the pool pay off?
 #
-# Compare full lookahead decoding (verification on, G = 4) with and without prompt seeding on
-# the prompt above. Both produce exactly greedy's tokens; S is tokens per step.
+# Compare full lookahead decoding (verification on: up to G = 4 pool n-grams per step, merged
+# into a draft tree) with and without prompt seeding on the prompt above. Both produce exactly
+# greedy's tokens; S is tokens per step.
 
 # %%
 for from_prompt in (False, True):

@@ -11,19 +11,26 @@
 # %% [markdown]
 # # 4. Verification and the combined step, observed from outside
 #
-# `ladref.lookahead.lookahead_step` does five things around one forward pass:
+# A decoding step reads like the paper's figure: *propose, one forward pass, harvest, verify,
+# commit, learn*. `ladref.step.draft_step(runner, current, tree, window)` is the middle of it.
+# Given the draft tree a proposer made for the current token, it
 #
-# 1. fetch up to G candidates for the current token from the pool;
-# 2. build ids, positions and mask for `[window | candidates]` and run the model;
-# 3. lookahead branch: harvest n-grams, slide the window;
-# 4. verification branch: accept the longest candidate prefix greedy decoding agrees with,
-#    plus the model's own next token;
-# 5. keep in the KV cache only the current token and the accepted candidate tokens.
+# * feeds `[current | lookahead window | draft tree]` in ONE forward pass, under the mask of
+#   tutorial 3;
+# * harvests the lookahead branch: the window's newest row is predicted, the window slides by one
+#   row, and the (N, W) trajectory whose columns are new n-grams is handed back;
+# * verifies the tree: the longest root path greedy decoding agrees with, plus the model's own
+#   next token;
+# * commits: only the current token and the accepted path stay in the KV cache.
 #
-# We run real steps on SmolLM2 until one accepts a candidate, then run that step once more and
-# compare everything it touches before and after: the pool, the window, the KV cache and the
-# output. Verification itself is then traced on a small example. (Writing the step is the last
-# course task, so this notebook watches it rather than re-implementing it.)
+# Proposing and learning belong to the loop around it: the proposer (`ladref.LookaheadProposer`,
+# which holds the window and the n-gram pool) makes the tree before the step and adds the
+# harvested n-grams to its pool after it.
+#
+# We run real lookahead steps on SmolLM2 until one accepts a draft, then run that step once more
+# and compare everything it touches before and after: the window, the pool, the KV cache and the
+# output. Verification itself is then traced on a small example. (Writing the step is a course
+# task, so this notebook watches it rather than re-implementing it.)
 
 # %%
 import warnings
@@ -37,11 +44,12 @@ import copy
 
 import torch
 
-from ladref import LookaheadConfig, chat_ids, greedy_decode, load_default_model
-from ladref.lookahead import LookaheadState, lookahead_step
+from ladref import LookaheadConfig, LookaheadProposer, chat_ids, greedy_decode, load_default_model
 from ladref.masks import build_step_inputs
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
+from ladref.step import draft_step
+from ladref.tree import DraftTree
 from ladref.verify import verify_greedy
 
 model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
@@ -58,57 +66,84 @@ greedy = greedy_decode(model, prompt, 40).token_ids
 print(tokenizer.decode(greedy))
 
 # %% [markdown]
-# ## Run until a step accepts a candidate
+# ## Run until a step accepts a draft
 #
-# Before each step we save the cache and the state, so that we can run the interesting step again.
+# The loop is ours: ask the proposer for a tree, run the step, let the proposer learn. Before
+# each step we save the cache, the proposer and the text so far, to run the interesting step
+# again. (We wait for a step that also harvests: the window's first N-2 steps still hold prompt
+# tokens, tutorial 2.)
 
 # %%
 config = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4)
 W, N, G = config.window_size, config.ngram_size, config.max_candidates
 runner = ModelRunner(model)
-state = LookaheadState.start(prompt, config)
+proposer = LookaheadProposer(config)
+context = prompt.tolist()
+proposer.begin(context)  # the window from the prompt's tail, the pool seeded with the prompt's n-grams
 current = runner.prefill(prompt, DecodeStats())
 done = []
 with torch.inference_mode():
     for step in range(30):
-        saved = (copy.deepcopy(runner.cache), copy.deepcopy(state), current)
-        accepted, width = lookahead_step(runner, state, current, config)
-        print(f"step {step:2d}: {width:2d} tokens fed, accepted {show(accepted)}")
-        if len(accepted) > 1:
+        saved = copy.deepcopy((runner.cache, proposer))
+        tree = proposer.propose(context)  # propose
+        outcome = draft_step(runner, current, tree, proposer.window)  # forward, harvest, verify, commit
+        proposer.learn(outcome)  # learn
+        print(f"step {step:2d}: {outcome.fed:2d} tokens fed ({len(tree):2d} draft nodes), accepted {show(outcome.tokens)}")
+        if outcome.path and outcome.harvest is not None:
             break
-        done += accepted
-        current = accepted[-1]
-runner.cache, state, current = copy.deepcopy(saved)  # rewind to just before that step (keep `saved` intact)
+        done += outcome.tokens
+        context += outcome.tokens
+        current = outcome.tokens[-1]
+runner.cache, proposer = copy.deepcopy(saved)  # rewind to just before that step (keep `saved` intact)
 print(f"\nback before step {step}: current token {show([current])[0]!r}, {runner.past_len} tokens in the KV cache")
 
 # %% [markdown]
-# ## Before the step: candidates and the step's layout
+# ## Before the step: the draft tree and the step's layout
 #
-# The pool holds n-grams that start with the current token; the step verifies up to G of them.
-# `build_step_inputs` (tutorial 3) lays the window and the candidates out in one input.
+# The pool holds n-grams that start with the current token; the proposer turns up to G of them
+# into a trie, where n-grams that share a prefix share its nodes. `build_step_inputs`
+# (tutorial 3) lays the window and the tree out in one input.
 
 # %%
-candidates = state.pool.candidates(current, G)  # (g, N-1)
+tree = proposer.propose(context)
+candidates = proposer.pool.candidates(current, G)  # (g, N-1): the n-grams behind the tree
 for i, cand in enumerate(candidates):
-    print(f"candidate {i}: {show([current])} + {show(cand)}")
-layout = build_step_inputs(current, state.window, candidates, runner.past_len).layout
-print(f"\nq = (N-1)(W+g) = {layout.length} tokens fed: {layout.lookahead_len} window cells, "
-      f"{layout.length - layout.lookahead_len} candidate tokens")
+    print(f"n-gram {i}: {show([current])} + {show(cand)}")
+print("\nthe trie (indented by depth):")
+for node in range(len(tree)):
+    print(f"   node {node}: {'    ' * (int(tree.depths[node]) - 1)}{show([tree.tokens[node]])[0]!r}  (parent {int(tree.parents[node])})")
+layout = build_step_inputs(current, proposer.window.grid, tree, runner.past_len).layout
+print(f"\nq = (N-1)W + n = {layout.lookahead_len} + {len(tree)} = {layout.length} tokens fed "
+      f"(as {len(candidates)} flat rows the drafts would take {candidates.numel()} tokens)")
 print("window rows before the step:")
-for row in state.window:
+for row in proposer.window.grid:
     print("   ", show(row))
 
 # %% [markdown]
 # ## Run the step once more and compare
 
 # %%
-before = copy.deepcopy(state)
+before = copy.deepcopy(proposer)
 past = runner.past_len
 with torch.inference_mode():
-    accepted, width = lookahead_step(runner, state, current, config)
+    outcome = draft_step(runner, current, tree, proposer.window)
 position = len(done)
-print("accepted:", show(accepted), "| greedy's next tokens:", show(greedy[position : position + len(accepted)]))
-assert accepted == greedy[position : position + len(accepted)]
+print("accepted:", show(outcome.tokens), "| greedy's next tokens:", show(greedy[position : position + len(outcome.tokens)]))
+assert outcome.tokens == greedy[position : position + len(outcome.tokens)]
+
+# %% [markdown]
+# **Verification walked down the tree.** The model's argmax after the current token
+# (`outcome.root_pred`) picked a child of the root; the argmax after that node
+# (`outcome.node_preds`) picked the next, until no child matched. The accepted path's tokens
+# plus the last argmax are the step's output.
+
+# %%
+target = outcome.root_pred
+for node in outcome.path:
+    print(f"model predicts {show([target])[0]!r:10} -> node {node} ({show([tree.tokens[node]])[0]!r}) matches")
+    target = int(outcome.node_preds[node])
+print(f"model predicts {show([target])[0]!r:10} -> no child matches: it is the step's own token")
+print("accepted path:", outcome.path, "=", show(tree.path_tokens(outcome.path[-1])), "+", show([target]))
 
 # %% [markdown]
 # **The window slid by one row.** The old rows 1.. moved up, and the new bottom row is the
@@ -116,31 +151,34 @@ assert accepted == greedy[position : position + len(accepted)]
 
 # %%
 print("window rows after the step:")
-for row in state.window:
+for row in proposer.window.grid:
     print("   ", show(row))
-print("old rows 1.. moved up:", torch.equal(state.window[:-1], before.window[1:]))
-print("steps run:", before.steps, "->", state.steps)
+print("old rows 1.. moved up:", torch.equal(proposer.window.grid[:-1], before.window.grid[1:]))
+print("window steps run:", before.window.steps, "->", proposer.window.steps)
 
 # %% [markdown]
-# **The pool learned the window's columns.** Column c of the old window (with the current token
-# in cell (0, 0)) plus the new row, read top to bottom, is an n-gram at consecutive positions.
-# Harvesting starts once every row below the first came from the model (after N-2 steps).
+# **The step handed back the trajectory; the pool learns it when the proposer does.** Column c
+# of the old window (with the current token in cell (0, 0)) plus the new row, read top to bottom,
+# is an n-gram at consecutive positions (`outcome.harvest`, shape (N, W)). `draft_step` does not
+# touch the pool: the loop's `proposer.learn(outcome)` adds the columns.
 
 # %%
-print(f"harvesting on: {before.steps} steps run before this one, N-2 = {N - 2}")
-old = before.window.clone()
-old[0, 0] = current
-for c, column in enumerate(torch.cat([old, state.window[-1:]]).t().tolist()):
-    print(f"column {c}: {''.join(show(column))!r:40} in the pool before: {column in before.pool}, after: {column in state.pool}")
+columns = outcome.harvest.t().tolist()
+in_pool = [[column in p.pool for column in columns] for p in (before, proposer)]
+proposer.learn(outcome)
+for c, column in enumerate(columns):
+    print(f"column {c}: {''.join(show(column))!r:36} in the pool before the step: {in_pool[0][c]!s:5}, "
+          f"after the step: {in_pool[1][c]!s:5}, after learn: {column in proposer.pool}")
 
 # %% [markdown]
-# **The KV cache kept the current token and the accepted candidate tokens**, k + 1 entries for
-# k matched tokens. The model's own last token is not in the cache yet: it is the next step's
+# **The KV cache kept the current token and the accepted path**, k + 1 entries for k matched
+# draft tokens. The model's own last token is not in the cache yet: it is the next step's
 # current token. The kept keys and values were computed in the step's single pass, under the
 # right positions and mask, so they equal those of a plain causal pass over the accepted sequence.
 
 # %%
-print(f"cache: {past} -> {runner.past_len} tokens (1 current + {len(accepted) - 1} accepted candidate tokens)")
+accepted = outcome.tokens
+print(f"cache: {past} -> {runner.past_len} tokens (1 current + {len(outcome.path)} accepted draft tokens)")
 reference = ModelRunner(model)
 with torch.inference_mode():
     reference.forward(torch.cat([prompt, torch.tensor(done + accepted[:-1])]))
@@ -152,29 +190,29 @@ assert same and runner.past_len == past + len(accepted)
 # %% [markdown]
 # ## Verification, on a small example
 #
-# For candidate tokens c_1..c_{N-1} the model's argmax after the current token is y_1 and after
-# c_j it is y_{j+1}. c_j is accepted while c_1..c_j all equal y_1..y_j; then y_{k+1} is appended.
-# Here the "model" is a table: greedy decoding from the current token gives 5, 6, 2, ...
+# `ladref.verify.verify_greedy(tree, root_pred, node_preds)` only needs the tree and the model's
+# argmax after the root and after every node. Here the "model" is a table: greedy decoding from
+# the current token gives 5, 6, 2, ... The three drafts `5 1 1`, `5 6 1` and `9 6 7` make a trie
+# of 8 nodes.
 
 # %%
-candidates = torch.tensor([[5, 1, 1], [5, 6, 1], [9, 6, 7]])  # (g, N-1) = (3, 3)
-first_pred = torch.tensor(5)  # y_1, the argmax after the current token
-cand_preds = torch.tensor([[6, 0, 0], [6, 2, 0], [6, 7, 8]])  # argmax after each candidate token
-for i, (cand, preds) in enumerate(zip(candidates.tolist(), cand_preds.tolist())):
-    targets = [int(first_pred)] + preds
-    marks = ["=" if c == y else "x" for c, y in zip(cand, targets)]
-    print(f"candidate {i}: c = {cand}  y = {targets}  {' '.join(marks)}")
-verdict = verify_greedy(candidates, first_pred, cand_preds)
-print(f"\nbest candidate {verdict.best}, {verdict.matched} tokens matched, accepted {verdict.tokens.tolist()}")
+tree = DraftTree.from_paths([[5, 1, 1], [5, 6, 1], [9, 6, 7]], "example")
+root_pred = 5  # y_1, the argmax after the current token
+node_preds = torch.tensor([6, 0, 0, 2, 0, 6, 7, 8])  # the argmax after each node
+for node in range(len(tree)):
+    print(f"node {node}: path {tree.path_tokens(node)!s:10} the model continues it with {int(node_preds[node])}")
+verdict = verify_greedy(tree, root_pred, node_preds)
+print(f"\naccepted path {verdict.path} ({verdict.matched} draft tokens), output {verdict.tokens.tolist()}")
 
 # %% [markdown]
 # ## Exercises
 #
 # 1. In the step above, which flat step indices did the KV cache keep? Work them out from
-#    `layout.candidate_index()` and the number of accepted tokens.
-# 2. Verification keeps the *longest* matching prefix. Could two candidates tie? Does it
-#    matter which one wins (think about the KV cache and the output)?
+#    `layout.tree_index()` and `outcome.path`.
+# 2. In a trie, can two nodes at the same depth both match? With the paper's G flat rows
+#    (`DraftTree.chains`) two rows can share a matching prefix: does it matter which one wins
+#    (think about the KV cache and the output)?
 # 3. Suppose a step forgot to commit (the cache kept all q entries). Decode a few more steps in
 #    your head: what goes wrong, and would the output still equal greedy's?
-# 4. With G = 0 the step still feeds (N-1)W tokens and returns one token. Why is it still
-#    exactly one greedy step?
+# 4. With an empty tree (`DraftTree.empty()`) the step still feeds (N-1)W tokens and returns one
+#    token. Why is it still exactly one greedy step?

@@ -115,7 +115,8 @@ plt.show()
 # ## Reading the numbers honestly
 #
 # S counts steps saved; the wall-clock speedup also pays for the wider steps: each lookahead step
-# here feeds `(N-1)(W+g)` tokens (up to 24) instead of one. On a GPU a 24-token pass costs about
+# here feeds `(N-1)W + n` tokens (the window, plus the n nodes of the draft tree: up to 24 in
+# all) instead of one. On a GPU a 24-token pass costs about
 # as much as a 1-token pass (decoding is memory-bound), so the speedup approaches S. On a CPU a
 # wider pass costs noticeably more, so the speedup printed above is usually well below S and
 # can be below 1. Tutorial 6 measures that cost and uses it to choose W, N and G; the Benchmarks
@@ -128,5 +129,5 @@ plt.show()
 #    Where do the green tokens come from in each case?
 # 3. Sweep W in (1, 2, 4, 8) with G = W and N = 4. Plot S and the wall-clock speedup
 #    against W. Where does the speedup peak on your machine?
-# 4. Compare with prompt lookup decoding (`ladref.bench.hf.hf_prompt_lookup_decode`) on the same
-#    prompt: which tokens does each method get for free?
+# 4. Compare with prompt lookup decoding (`ladref.prompt_lookup_decode`) on the same prompt:
+#    which tokens does each method get for free? (Tutorial 8 puts four draft sources side by side.)

@@ -57,7 +57,11 @@ print(shape)
 #
 # `forward_flops(shape, q, c, k)` counts the matrix multiplications of a pass over q new tokens
 # with c cached tokens and k logits kept: `2 P q + 4 L A q (c + q) + 2 d V k`. A lookahead step
-# has `q = (N-1)(W+g)` and keeps `k = 1 + W + g(N-1)` logits (`lookahead_step_shape`).
+# with g candidates laid out as the paper's flat rows has `q = (N-1)(W+g)` and keeps
+# `k = 1 + W + g(N-1)` logits (`lookahead_step_shape`); ladref merges the candidates into a trie
+# of n <= g(N-1) nodes, so it feeds `(N-1)W + n` and the table below is the worst case. A step
+# that verifies a draft tree of n nodes without a window (prompt lookup, Token Recycling) feeds
+# `q = 1 + n` and reads every logit.
 
 # %%
 context = 256
@@ -72,6 +76,8 @@ for cfg in configs:
     f = step_flops(shape, "lookahead", context, cfg)
     name = f"lookahead W={cfg.window_size} N={cfg.ngram_size} G={cfg.max_candidates}"
     print(f"{name:28} {q:4d} {f / 1e9:12.3f} {f / greedy_step:9.1f}")
+tree_step = forward_flops(shape, 81, context, 81)  # recycling_decode's default tree: 80 nodes
+print(f"{'draft tree of 80 nodes':28} {81:4d} {tree_step / 1e9:12.3f} {tree_step / greedy_step:9.1f}")
 
 # %% [markdown]
 # Per generated token, lookahead costs about `(N-1)(W+G) / S` times greedy's FLOPs: with
@@ -171,7 +177,10 @@ for w, n in [(1, 3), (2, 3), (4, 4), (8, 5), (15, 5)]:
 #   makes each accepted n-gram longer but the window rows cost W tokens each;
 # * then measure S on prompts like yours: `ladref.bench.autotune.recommend(model, prompts)` does the
 #   whole procedure (t(q), S per config, greedy interleaved) and only recommends a config that
-#   was measured faster than greedy.
+#   was measured faster than greedy;
+# * or let each step decide: `ladref.adaptive_decode` measures t(q) once (`ladref.CostModel`,
+#   see the cost model page of the documentation) and feeds, step by step, only the drafts whose
+#   expected accepted tokens pay for their share of t(q).
 #
 # ## Exercises
 #

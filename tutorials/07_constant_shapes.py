@@ -17,8 +17,8 @@
 #
 # 1. measures how the eager step's shapes change,
 # 2. shows what a compiler does with changing shapes (it compiles again),
-# 3. builds the constant-shape step of `ladref.CompiledDecoder`: G candidate rows always (dummies
-#    when the pool has fewer) over a preallocated static KV cache,
+# 3. builds the constant-shape step of `ladref.CompiledDecoder`: every step padded to one width
+#    with dummy tokens, over a preallocated static KV cache,
 # 4. checks that it decodes exactly like greedy decoding and compiles once (on the CPU, with
 #    `torch.compile`; CUDA graphs themselves need a GPU), and
 # 5. quotes what the GPU benchmark measured, when it has been run.
@@ -41,8 +41,10 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ladref import CompiledDecoder, LookaheadConfig, greedy_decode, lookahead_decode
-from ladref.masks import StepLayout, build_step_inputs, pad_candidates, render
+from ladref import CompiledDecoder, DraftTree, LookaheadConfig, greedy_decode, lookahead_decode
+from ladref.masks import build_step_inputs, render
+from ladref.results import DecodeStats
+from ladref.runner import ModelRunner, StaticRunner
 
 torch.manual_seed(0)
 config = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -55,9 +57,10 @@ lookahead = LookaheadConfig(window_size=3, ngram_size=3, max_candidates=3)
 # %% [markdown]
 # ## 1. The eager step changes shape
 #
-# A step feeds q = (N-1)(W+g) tokens, g being the pool candidates that start with the current
-# token (0..G), and attends over the past plus itself, a KV cache that grows by the 1..N tokens
-# each step accepts. Every (q, past + q) pair is a new shape for the attention kernel.
+# A step feeds q = (N-1)W + n tokens, n being the nodes of the draft tree (the trie of the pool
+# n-grams that start with the current token: 0 to G(N-1) nodes), and attends over the past plus
+# itself, a KV cache that grows by the 1..N tokens each step accepts. Every (q, past + q) pair is
+# a new shape for the attention kernel.
 
 # %%
 eager = lookahead_decode(tiny, prompt, 24, config=lookahead, eos_token_id=[])
@@ -97,43 +100,63 @@ print("graphs compiled for 6 calls of one shape:", counters["stats"]["unique_gra
 # %% [markdown]
 # ## 3. The constant-shape step
 #
-# Two changes make every step the same shape:
+# Two changes make every step the same shape, both in the runner (`ladref.runner.StaticRunner`),
+# so the step itself stays the one `lookahead_decode` runs:
 #
-# * **G candidate rows always.** `pad_candidates` fills the missing rows with dummies. A dummy
-#   row is laid out like a candidate, so it sees only the current token and itself, and no other
-#   token sees it: its outputs are ignored, its K/V never committed.
+# * **One width always.** The runner pads every step to a fixed width: dummy tokens are
+#   appended after the real ones. A dummy sees only itself and no real token sees it, so the
+#   real tokens' outputs do not change; its logits are never read and its K/V never committed.
+#   `StaticRunner(..., step_width=w)` pads every step to w tokens; `CompiledDecoder` takes
+#   w = (N-1)(W+G), the widest a lookahead step can be.
 # * **A static KV cache.** The cache is preallocated for `max_length` positions; a step writes its
 #   tokens after the committed ones and attends over all slots, the rest masked
 #   (`ladref.masks.static_additive`); the accepted tokens' K/V are gathered into place.
 #
-# Here is a step with one real candidate and two dummies (`V1*`, `V2*` are dummies):
+# Here is a step whose tree holds one n-gram (2 nodes), padded to the width of G = 3 n-grams: the
+# padded mask is the step's own, with the dummies (`D`) on the diagonal after it.
 
 # %%
 W, N, G = lookahead.window_size, lookahead.ngram_size, lookahead.max_candidates
-found = torch.tensor([[5, 7]])  # g = 1 candidate (N-1 = 2 tokens after the current one)
-padded = pad_candidates(found, G, fill=2)
-step = build_step_inputs(2, torch.zeros(N - 1, W, dtype=torch.long), padded, position=9)
-labels = [f"L{r}{c}" for r in range(N - 1) for c in range(W)] + [f"V{k}{j}" for k in range(G) for j in range(N - 1)]
-print(render(step.allowed, labels))
-print("shape of every step:", tuple(step.input_ids.shape), "tokens =", StepLayout(W, N, G).length, "= (N-1)(W+G)")
+width = lookahead.max_step_tokens()  # (N-1)(W+G)
+tree = DraftTree.from_paths([[5, 7]], "lookahead")  # one n-gram: the N-1 = 2 tokens after the current one
+step = build_step_inputs(prompt[-1], torch.tensor([[4, 6, 1], [3, 3, 8]]), tree, position=len(prompt) - 1)
+pad = width - step.input_ids.shape[0]
+padded = torch.block_diag(step.allowed, torch.eye(pad, dtype=torch.bool))  # what the runner sends
+labels = [f"L{r}{c}" for r in range(N - 1) for c in range(W)] + [f"V{j}" for j in range(len(tree))] + [f"D{d}" for d in range(pad)]
+print(render(padded, labels))
+print(f"{step.input_ids.shape[0]} real tokens + {pad} dummies = {width} = (N-1)(W+G), whatever the tree")
 
 # %% [markdown]
-# The dummies cost compute (a step always pays for G candidates) and attention runs over the
+# The padding changes nothing the step reads: the same step through a `ModelRunner` (no padding)
+# and through a `StaticRunner` that pads it to `width` gives the same logits for the real tokens.
+
+# %%
+logits = []
+for runner in (ModelRunner(tiny), StaticRunner(tiny, max_length=64, step_width=width)):
+    runner.prefill(torch.tensor(prompt), DecodeStats())  # the prompt but its last token, the current one
+    logits.append(runner.forward(step.input_ids, step.position_ids, step.allowed))
+print("logits of the real tokens, eager vs padded:", tuple(logits[0].shape), tuple(logits[1].shape),
+      "equal:", torch.allclose(logits[0], logits[1][: step.input_ids.shape[0]], atol=1e-10))
+
+# %% [markdown]
+# The dummies cost compute (a step always pays for the widest tree) and attention runs over the
 # whole cache. On a GPU, where the step is launch-bound, that is cheap; on a CPU it is not.
 #
 # ## 4. Same tokens, one compilation
 #
 # `CompiledDecoder(model, config, max_length=..., mode=None)` runs the constant-shape step without
-# compiling: same mask, pool and verifier as `lookahead_decode`, so the same tokens in the same
-# steps, each step feeding the full (N-1)(W+G) tokens.
+# compiling: the same proposer, step and verifier as `lookahead_decode` over a padding
+# `StaticRunner`, so the same tokens in the same steps. Its statistics count each step's real
+# tokens; the model computes `decoder.step_tokens` = (N-1)(W+G) of them every step.
 
 # %%
 reference = greedy_decode(tiny, prompt, 24, eos_token_id=[])
-constant = CompiledDecoder(tiny, lookahead, max_length=64, mode=None)(prompt, 24, eos_token_id=[])
+uncompiled = CompiledDecoder(tiny, lookahead, max_length=64, mode=None)
+constant = uncompiled(prompt, 24, eos_token_id=[])
 print("identical to greedy:", constant.token_ids == reference.token_ids, "| steps eager vs constant:",
       eager.stats.steps, constant.stats.steps)
-print("tokens fed per step, eager:", sorted(set(eager.stats.forward_tokens_per_step)),
-      "constant:", sorted(set(constant.stats.forward_tokens_per_step)))
+print("real tokens per step, the same:", eager.stats.forward_tokens_per_step == constant.stats.forward_tokens_per_step,
+      f"| computed per step: {uncompiled.step_tokens} (the runner's step_width {uncompiled.runner.step_width})")
 
 # %% [markdown]
 # Now compile it (`mode="default"`: on a CPU, `torch.compile` fuses kernels; `"reduce-overhead"`
@@ -176,8 +199,9 @@ print("\n".join(rows) if rows else "No GPU results are committed yet: run benchm
 #
 # 1. In section 1, which changes the shape more often: g or the cache length? Count the steps
 #    where q changed against the steps where only past + q changed.
-# 2. Make a step with g = 0 and G = 3: what does the mask look like, and what does verification
-#    accept then? (`ladref.verify.verify_greedy` with no candidates.)
+# 2. Pad a step whose tree is empty (`DraftTree.empty()`) to the width of G = 3 n-grams: how
+#    many dummies does it get, what does the mask look like, and what does verification accept
+#    then? (`ladref.verify.verify_greedy` with an empty tree.)
 # 3. Why may a commit always copy N slots, even when fewer tokens were accepted? What would break
 #    if the next step did not overwrite those slots? (Hint: `static_additive` and `length`.)
 # 4. Time `CompiledDecoder(..., mode=None)` against `lookahead_decode` on the CPU for 64 tokens.
