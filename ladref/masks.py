@@ -135,20 +135,6 @@ def build_step_inputs(current: int, window: torch.Tensor | None, tree: DraftTree
     return StepInputs(input_ids, position + layout.position_offsets(), layout.allowed(), layout)
 
 
-def pad_candidates(candidates: torch.Tensor, rows: int, fill: int) -> torch.Tensor:
-    """Pad (g, N-1) candidates to (rows, N-1) with dummy rows of `fill`, for a constant-shape step.
-
-    A dummy row is laid out like a candidate, so it sees only the current token and itself, and
-    no other token sees it: its outputs are ignored and its K/V are never committed. With G rows
-    always, the step's input, positions and mask keep one shape whatever the pool returned.
-    """
-    g = candidates.shape[0]
-    if g > rows:
-        raise ValueError(f"{g} candidates do not fit in {rows} rows")
-    dummies = torch.full((rows - g, candidates.shape[1]), fill, dtype=candidates.dtype)
-    return torch.cat([candidates, dummies])
-
-
 def static_additive(allowed: torch.Tensor, length: torch.Tensor, max_length: int, dtype: torch.dtype) -> torch.Tensor:
     """The additive mask of a step over a whole static KV cache of `max_length` slots.
 

@@ -171,22 +171,22 @@ class ModelRunner:
             logits = logits[keep.to(self.device)]
         return logits if logits.dtype == torch.float64 else logits.float()
 
-    def commit(self, past_len: int, keep: torch.Tensor) -> None:
-        """Keep the cache's first `past_len` entries plus the last step's entries `keep`.
+    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
+        """Keep the cache's first `past_len` entries plus the last step's entries `accepted`.
 
         Verification branches are not a suffix of the step, so the accepted branch's K/V are
         gathered into place, then the cache is cut behind them.
 
         Args:
             past_len: cache length before the last step.
-            keep: (k,) sorted step-relative indices of the tokens that became committed.
+            accepted: (k,) sorted step-relative indices of the tokens that became committed.
         """
-        src = past_len + keep.to(self.device)
+        src = past_len + accepted.to(self.device)
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 full = getattr(layer, name)
                 kept = full.index_select(-2, src)  # (B, H_kv, k, D)
-                full = full[..., : past_len + keep.shape[0], :]
+                full = full[..., : past_len + accepted.shape[0], :]
                 full[..., past_len:, :] = kept
                 setattr(layer, name, full)
 
@@ -291,12 +291,12 @@ class StaticRunner:
                          past_key_values=self.cache, cache_position=positions, use_cache=True, **kwargs)
         return out.logits[0] if keep is None or self._logits_to_keep else out.logits[0][keep]
 
-    def commit(self, past_len: int, keep: torch.Tensor) -> None:
-        """As `ModelRunner.commit`: keep `past_len` entries plus the last step's entries `keep`, in place."""
-        k = keep.shape[0]
+    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
+        """As `ModelRunner.commit`: keep `past_len` entries plus the last step's entries `accepted`, in place."""
+        k = accepted.shape[0]
         if not 1 <= k <= self.commit_slots:
             raise ValueError(f"a commit keeps 1..{self.commit_slots} tokens, got {k}")
-        padded = torch.cat([keep, keep[-1:].expand(self.commit_slots - k)])  # (commit_slots,)
+        padded = torch.cat([accepted, accepted[-1:].expand(self.commit_slots - k)])  # (commit_slots,)
         to = self.device
         self._commit(past_len + padded.to(to), past_len + torch.arange(self.commit_slots, device=to),
                      torch.tensor(past_len + k, device=to))
@@ -334,5 +334,5 @@ class Runner(Protocol):
                 keep: torch.Tensor | None = None) -> torch.Tensor:
         """Feed (q,) tokens under a (q, q) mask; returns the logits of the rows `keep`."""
 
-    def commit(self, past_len: int, keep: torch.Tensor) -> None:
-        """Keep `past_len` cached entries plus the last step's entries `keep`."""
+    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
+        """Keep `past_len` cached entries plus the last step's entries `accepted`."""

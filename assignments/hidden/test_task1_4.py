@@ -97,9 +97,9 @@ class SpyRunner:
                                        list(range(q)) if keep is None else as_list(keep)]})  # None: every row kept
         return self.runner.forward(input_ids, position_ids, allowed, keep)
 
-    def commit(self, past_len, keep):
-        self.calls.append({"commit": [int(past_len), as_list(keep)]})
-        return self.runner.commit(past_len, keep)
+    def commit(self, past_len, accepted):
+        self.calls.append({"commit": [int(past_len), as_list(accepted)]})
+        return self.runner.commit(past_len, accepted)
 
 
 def drive(run: tuple, spy: bool = False):
