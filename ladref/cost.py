@@ -81,7 +81,7 @@ class CostModel:
     Attributes:
         widths: the step widths q measured, strictly increasing, starting at 1.
         kv_lengths: the KV-cache lengths measured, strictly increasing.
-        seconds: seconds[i][j] = t(widths[j], kv_lengths[i]): one row per KV length.
+        seconds: ``seconds[i][j]`` = t(``widths[j]``, ``kv_lengths[i]``): one row per KV length.
         label: what was measured (model, device, dtype, threads, runner), for people.
 
     Raises:
@@ -219,7 +219,7 @@ class CostModel:
 
 def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int,
                   progress: Progress | None = None) -> list[list[float]]:
-    """seconds[i][j]: median of `repeats` timed steps of width widths[j] at about kv_lengths[i] cached tokens.
+    """``seconds[i][j]``: median of `repeats` timed steps of width ``widths[j]`` at about ``kv_lengths[i]`` cached tokens.
 
     As decoding pays them: the runner's own forward pass with a (q, q) causal mask sent the way a
     draft's mask is, every logit kept, fresh positions. The cache is prefilled once with
