@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import read_results  # noqa: E402
+from peer_report import read_results  # noqa: E402
 
 KEY = ("dataset", "prompt_id", "stack", "method", "config")
 

@@ -29,7 +29,7 @@ from convert import EOS_ID, MODEL_DIR, convert  # noqa: E402
 from ladref_api import canonical_dataset, encode_prompts, load_prompts  # noqa: E402
 from measure import LadeWorker, measure, methods  # noqa: E402
 from peer_env import BUILD, LADE_PIN, PEER_PINS, build  # noqa: E402
-from report import annotate, markdown, write  # noqa: E402
+from peer_report import annotate, markdown, write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASETS = ("humaneval", "mtbench", "gsm8k")  # the committed run's (there named "math", GSM8K's former name)
