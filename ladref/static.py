@@ -120,7 +120,8 @@ class StaticRunner:
             "reduce-overhead" (CUDA graphs, CUDA only), "max-autotune" (frozen weights and
             Inductor's max-autotune GEMM templates; on a CPU its C++ micro-kernels).
         commit_slots: slots every commit copies (a constant shape): the most tokens one commit
-            keeps (N for lookahead decoding). Extra slots copy the last kept token past the new
+            keeps (N for lookahead decoding); default the largest width (without widths: each
+            commit copies what it keeps). Extra slots copy the last kept token past the new
             length, where it is masked and later overwritten.
         step_width: shorthand for ``widths=(step_width,)``: every step padded to one width.
         widths: the width buckets, increasing; a step of q tokens runs at the smallest width >= q.
@@ -133,11 +134,10 @@ class StaticRunner:
     constant_shapes = True  # lookahead steps always feed G candidate rows
 
     def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
-                 compile_mode: str | None = None, commit_slots: int = 1, step_width: int | None = None, *,
+                 compile_mode: str | None = None, commit_slots: int | None = None, step_width: int | None = None, *,
                  widths: Sequence[int] | None = None) -> None:
         check_model(model)
         check_int("max_length", max_length, 2)
-        check_int("commit_slots", commit_slots, 1)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         check_mode(compile_mode, self.device)
@@ -146,6 +146,10 @@ class StaticRunner:
         if widths is None and compile_mode is not None:
             widths = tuple(w for w in DEFAULT_WIDTHS if w <= max_length)
         self.widths = None if widths is None else check_widths(widths, max_length)
+        if commit_slots is None and self.widths is not None:
+            commit_slots = self.widths[-1]
+        if commit_slots is not None:
+            check_int("commit_slots", commit_slots, 1)
         self.model, self.max_length, self.commit_slots, self.compile_mode = model, max_length, commit_slots, compile_mode
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
@@ -236,11 +240,12 @@ class StaticRunner:
     def commit(self, past_len: int, keep: torch.Tensor) -> None:
         """As `ModelRunner.commit`: keep `past_len` entries plus the last step's entries `keep`, in place."""
         k = keep.shape[0]
-        if not 1 <= k <= self.commit_slots:
-            raise ValueError(f"a commit keeps 1..{self.commit_slots} tokens (commit_slots), got {k}")
-        padded = torch.cat([keep.cpu(), keep[-1:].cpu().expand(self.commit_slots - k)])  # (commit_slots,)
+        slots = k if self.commit_slots is None else self.commit_slots
+        if not 1 <= k <= slots:
+            raise ValueError(f"a commit keeps 1..{slots} tokens (commit_slots), got {k}")
+        padded = torch.cat([keep.cpu(), keep[-1:].cpu().expand(slots - k)])  # (slots,)
         # a copy past the cache's end is clamped onto its last slot: past the new length, or the same token
-        dst = (past_len + torch.arange(self.commit_slots)).clamp_(max=self.max_length - 1)
+        dst = (past_len + torch.arange(slots)).clamp_(max=self.max_length - 1)
         to = self.device
         self._commit(self, (past_len + padded).to(to), dst.to(to), torch.tensor(past_len + k, device=to))
         self.length = past_len + k
