@@ -8,14 +8,18 @@ of pool candidates g varies and the KV cache grows. `CompiledDecoder` removes bo
 * every step feeds the same (N-1)(W+G) tokens: the window plus always G candidate rows, the
   missing ones dummies (`ladref.masks.pad_candidates`), so ids, positions and mask keep one
   shape;
-* the KV cache is preallocated (`ladref.runner.StaticRunner`): a step writes its tokens into the
+* the KV cache is preallocated (`ladref.static.StaticRunner`): a step writes its tokens into the
   next slots and attends over the whole cache with the unused slots masked; the accepted branch
   is committed in place (a constant-size gather, a length counter), not by concatenation.
 
-The step is the same `ladref.lookahead.lookahead_step` (the same mask, pool and verifier) the
-eager decoder runs; the host side (pool lookup, verification) stays plain Python on small
-tensors, outside the graph. With ``config=None`` the decoder is the compiled greedy baseline,
-built the same way (a 1-token step over the same static cache).
+The step is the same `ladref.step.draft_step` (the same mask, pool and verifier) the eager
+decoder runs; the host side (pool lookup, verification) stays plain Python on small tensors,
+outside the graph. With ``config=None`` the decoder is the compiled greedy baseline, built the
+same way (a 1-token step over the same static cache).
+
+How the step compiles depends on the device (``mode="auto"``): on CUDA it is captured as a CUDA
+graph ("reduce-overhead"); on a CPU Inductor compiles it with frozen weights and its
+max-autotune GEMM templates ("max-autotune"), the freezing scoped to that compilation.
 """
 
 from __future__ import annotations
@@ -29,11 +33,23 @@ from .config import LookaheadConfig, check_int
 from .greedy import run_greedy
 from .lookahead import LookaheadProposer
 from .results import DecodeResult
-from .runner import StaticRunner
+from .runner import check_model
+from .static import MODES as RUNNER_MODES
+from .static import StaticRunner, check_mode
 from .step import run_drafting
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
-MODES = (None, "default", "reduce-overhead")
+MODES = ("auto", *RUNNER_MODES)
+
+
+def resolve_mode(mode: object, device: torch.device) -> str | None:
+    """"auto": "reduce-overhead" (CUDA graphs) on CUDA, "max-autotune" (frozen Inductor) elsewhere; else `mode`, checked."""
+    if mode not in MODES:
+        raise ValueError(f"unknown compile mode {mode!r}; choose one of {MODES}")
+    if mode == "auto":
+        return "reduce-overhead" if device.type == "cuda" else "max-autotune"
+    check_mode(mode, device)
+    return mode
 
 
 class CompiledDecoder:
@@ -44,8 +60,10 @@ class CompiledDecoder:
         config: W, N, G for lookahead decoding; None for the compiled greedy baseline.
         max_length: M, positions of the static cache: prompt + max_new_tokens + one step's width
             must fit in every call.
-        mode: a `torch.compile` mode, "reduce-overhead" (CUDA graphs on CUDA; on a CPU the same
-            as "default") or "default"; None runs the constant-shape path without compiling.
+        mode: "auto" ("reduce-overhead" on CUDA, "max-autotune" elsewhere), or a
+            `ladref.static.StaticRunner` compile mode: "reduce-overhead" (CUDA graphs, CUDA only),
+            "max-autotune" (frozen weights, Inductor's max-autotune GEMM templates) or "default";
+            None runs the constant-shape path without compiling.
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
 
     Attributes:
@@ -58,16 +76,16 @@ class CompiledDecoder:
     """
 
     def __init__(self, model: torch.nn.Module, config: LookaheadConfig | None = None, *, max_length: int,
-                 mode: str | None = "reduce-overhead", attention_backend: str = "auto") -> None:
+                 mode: str | None = "auto", attention_backend: str = "auto") -> None:
         if config is not None and not isinstance(config, LookaheadConfig):
             raise TypeError(f"config must be a LookaheadConfig or None, got {type(config).__name__}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         check_int("max_length", max_length, 2)
-        self.model, self.config, self.mode = model, config, mode
+        check_model(model)
+        self.mode = resolve_mode(mode, next(model.parameters()).device)
+        self.model, self.config = model, config
         slots = 1 if config is None else config.ngram_size
         self.step_tokens = 1 if config is None else config.max_step_tokens()
-        self.runner = StaticRunner(model, max_length, attention_backend, mode, commit_slots=slots, step_width=self.step_tokens)
+        self.runner = StaticRunner(model, max_length, attention_backend, self.mode, commit_slots=slots, step_width=self.step_tokens)
         self.capture_s: float | None = None
 
     @property

@@ -2,13 +2,17 @@
 
 Everything model-specific lives here: the prompt prefill, the forward pass with a custom 4-D
 additive mask and explicit position ids, and the KV-cache commit that keeps an accepted
-verification branch by gathering its keys/values. The rest of ladref only sees `ModelRunner`.
+verification branch by gathering its keys/values; and the static-cache primitives that
+`ladref.static.StaticRunner` builds its constant-shape steps from. The rest of ladref only sees
+runners.
 
 Facts this module relies on (transformers 5.x):
   * a 4-D float mask of shape (1, 1, q, past + q) is passed to attention as-is; a *bool* 4-D mask
     is silently misread by eager attention, so we always send 0 / finfo.min floats;
   * `DynamicCache` layers hold `keys` / `values` tensors of shape (B, H_kv, T, D);
-  * `logits_to_keep` accepts a 1-D tensor of positions on the common decoder-only models.
+  * `logits_to_keep` accepts a 1-D tensor of positions on the common decoder-only models;
+  * a `StaticCache` layer writes a step at its `cumulative_length` counter, and marks its
+    buffers as *unguarded* static addresses (see `guard_static_cache` for why that matters).
 
 Every forward runs inside the runner's scoped SDPA kernel choice (`ladref.kernels`): a lookahead
 step has a new shape at every step, and a kernel that plans per shape would pay for it each time.
@@ -23,7 +27,7 @@ import torch
 from transformers import DynamicCache, DynamicLayer, StaticCache
 
 from .kernels import attention_scope, sdpa_backends
-from .masks import static_additive, to_additive
+from .masks import to_additive
 from .results import DecodeStats
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
@@ -79,7 +83,7 @@ class ModelRunner:
         checked: the caller has already run `check_model` on this model (once per call).
     """
 
-    constant_shapes = False  # steps feed only the candidates found (StaticRunner pads to G)
+    constant_shapes = False  # steps feed only the candidates found (`ladref.static.StaticRunner` pads to G)
 
     def __init__(self, model: torch.nn.Module, attention_backend: str = "auto", checked: bool = False) -> None:
         if not checked:
@@ -191,126 +195,71 @@ class ModelRunner:
                 setattr(layer, name, full)
 
 
-class StaticRunner:
-    """A model plus a preallocated static KV cache, fed constant-shape steps, optionally compiled.
+def new_static_cache(model: torch.nn.Module, max_length: int) -> StaticCache:
+    """A `StaticCache` of `max_length` slots for `model` (its buffers are allocated by the first forward)."""
+    return StaticCache(config=model.config, max_cache_len=max_length)
 
-    Unlike `ModelRunner`, one StaticRunner serves many calls (`prefill` starts a new one): its
-    cache buffers keep their addresses, so a step compiled and captured once (torch.compile, CUDA
-    graphs) is replayed in every call. The cache holds `past_len` committed tokens; a step writes
-    its q tokens at the next q slots and attends over all M slots, the others masked
-    (`ladref.masks.static_additive`); a commit gathers the accepted tokens' K/V into place and
-    sets the length. The prompt prefill (a new length each call) runs uncompiled.
+
+def static_cache_ready(cache: StaticCache) -> bool:
+    """Whether the cache's key/value buffers exist (a first forward allocates them)."""
+    return all(layer.is_initialized for layer in cache.layers)
+
+
+def guard_static_cache(cache: StaticCache) -> None:
+    """Make every compiled graph that holds this cache's buffers check, at each call, that they are its own.
+
+    transformers marks a `StaticCache`'s keys, values and length counters as static addresses
+    *without* a guard. Under Inductor's freezing (``torch._inductor.config.freezing`` with grad
+    disabled), Dynamo installs every static tensor into the graph as a constant attribute, so a
+    frozen graph traced with one cache holds that cache's buffers, and with no guard on them it is
+    silently reused for any other cache of the same shapes: it reads and writes the first cache
+    (wrong tokens), and advances its length counter, which nobody resets, until a write runs
+    past the cache (``index out of bounds`` inside the generated kernel). Marking the buffers
+    *guarded* adds an identity check: another cache gets a graph of its own. Call it after the
+    buffers exist (`static_cache_ready`).
+    """
+    for layer in cache.layers:
+        for buffer in (layer.keys, layer.values, layer.cumulative_length):
+            torch._dynamo.mark_static_address(buffer, guard=True)
+
+
+def set_static_length(cache: StaticCache, length: torch.Tensor) -> None:
+    """Set every layer's length counter, where its next forward writes its keys/values.
+
+    transformers' `StaticLayer.update` writes a step's q keys/values at slots
+    ``cumulative_length .. cumulative_length + q - 1`` (it ignores ``cache_position``).
+    """
+    for layer in cache.layers:
+        layer.cumulative_length.copy_(length)
+
+
+def gather_static_slots(cache: StaticCache, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy every layer's keys/values at slots `src` to slots `dst`, in place ((k,) each)."""
+    for layer in cache.layers:
+        layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
+        layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
+
+
+def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                   mask: torch.Tensor, cache_position: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    """One forward pass over a static cache, writing the step's keys/values into it.
 
     Args:
-        model: a decoder-only transformers model using eager or SDPA attention.
-        max_length: M, the cache's slots: prompt + new tokens + one step's width must fit.
-        attention_backend: the SDPA kernel choice (`ladref.kernels.sdpa_backends`).
-        compile_mode: None (eager), or a `torch.compile` mode for the step and the commit:
-            "reduce-overhead" (CUDA graphs on CUDA) or "default".
-        commit_slots: slots a commit copies, a constant (N for lookahead decoding; extra slots
-            copy a duplicate past the new length, where it is masked and later overwritten).
-        step_width: pad every (compiled) step to this many tokens with isolated dummies, so that
-            every step has one shape; None feeds each step as it comes.
+        input_ids, position_ids, cache_position: (q,) each.
+        mask: (1, 1, q, M) additive mask over the cache's M slots (`ladref.masks.static_additive`).
+        last_only: compute the last position's logits only (a prompt prefill).
+
+    Returns:
+        (q, V) logits in the model's dtype, or (1, V) with `last_only`.
     """
-
-    constant_shapes = True
-
-    def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
-                 compile_mode: str | None = None, commit_slots: int = 1, step_width: int | None = None) -> None:
-        check_model(model)
-        self.model, self.max_length, self.commit_slots, self.step_width = model, max_length, commit_slots, step_width
-        self.vocab_size = model.get_input_embeddings().num_embeddings
-        param = next(model.parameters())
-        self.device, self.dtype = param.device, param.dtype
-        self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
-        self.cache = StaticCache(config=model.config, max_cache_len=max_length)
-        self.length = 0
-        compiled = (lambda fn: torch.compile(fn, mode=compile_mode, fullgraph=True)) if compile_mode else (lambda fn: fn)
-        self._step, self._commit = compiled(self._step_eager), compiled(self._commit_eager)
-        self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
-
-    @property
-    def past_len(self) -> int:
-        """Tokens committed in the cache."""
-        return self.length
-
-    def reset(self) -> None:
-        """Start a new call: the cache's contents are forgotten (its buffers stay where they are)."""
-        self.length = 0
-        for layer in self.cache.layers:
-            if layer.is_initialized:
-                layer.cumulative_length.zero_()
-
-    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        """As `ModelRunner.prefill_whole` (eager: the prompt's length changes from call to call)."""
-        self.reset()
-        stats.prefill_tokens = prompt.shape[0] - 1
-        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]), step=self._step_eager)[-1]
-
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
-        """Start a new call, then cache the prompt but its last token (eager)."""
-        self.reset()
-        if prompt.shape[0] > 1:
-            self.forward(prompt[:-1], keep=torch.tensor([0]), step=self._step_eager)
-        stats.prefill_tokens = prompt.shape[0] - 1
-        return int(prompt[-1])
-
-    @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
-                keep: torch.Tensor | None = None, step=None) -> torch.Tensor:
-        """As `ModelRunner.forward` (same arguments, same result), through the static cache."""
-        q = input_ids.shape[0]
-        if self.length + q > self.max_length:
-            raise ValueError(f"the static cache holds {self.max_length} positions (max_length); a step needs {self.length + q}")
-        if position_ids is None:
-            position_ids = torch.arange(self.length, self.length + q)
-        if allowed is None:
-            allowed = torch.ones(q, q, dtype=torch.bool).tril_()
-        if step is None and self.step_width is not None and q < self.step_width:  # constant shape: dummies after the step
-            pad = self.step_width - q  # each dummy sees only itself, nobody sees it, its logits are not read
-            input_ids = torch.cat([input_ids, input_ids[:1].expand(pad)])
-            position_ids = torch.cat([position_ids, position_ids[-1:].expand(pad)])
-            allowed = torch.block_diag(allowed, torch.eye(pad, dtype=torch.bool))
-            q = self.step_width
-        rows = None if keep is None else keep.shape[0]
-        if step is None and self.step_width is not None and keep is not None:  # a constant number of logit rows too
-            keep = torch.cat([keep, keep[-1:].expand(self.step_width - rows)])
-        to = self.device
-        args = (input_ids.to(to), position_ids.to(to), allowed.to(to), torch.tensor(self.length, device=to),
-                None if keep is None else keep.to(to))
-        with attention_scope(self.kernels):
-            logits = (step or self._step)(*args)[:rows]
-        self.length += q
-        return logits if logits.dtype == torch.float64 else logits.float()
-
-    def _step_eager(self, input_ids, position_ids, allowed, length, keep):
-        mask = static_additive(allowed, length, self.max_length, self.dtype)  # (1, 1, q, M)
-        positions = length + torch.arange(input_ids.shape[0], device=input_ids.device)
-        kwargs = {"logits_to_keep": keep} if keep is not None and self._logits_to_keep else {}
-        out = self.model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask,
-                         past_key_values=self.cache, cache_position=positions, use_cache=True, **kwargs)
-        return out.logits[0] if keep is None or self._logits_to_keep else out.logits[0][keep]
-
-    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
-        """As `ModelRunner.commit`: keep `past_len` entries plus the last step's entries `accepted`, in place."""
-        k = accepted.shape[0]
-        if not 1 <= k <= self.commit_slots:
-            raise ValueError(f"a commit keeps 1..{self.commit_slots} tokens, got {k}")
-        padded = torch.cat([accepted, accepted[-1:].expand(self.commit_slots - k)])  # (commit_slots,)
-        to = self.device
-        self._commit(past_len + padded.to(to), past_len + torch.arange(self.commit_slots, device=to),
-                     torch.tensor(past_len + k, device=to))
-        self.length = past_len + k
-
-    def _commit_eager(self, src: torch.Tensor, dst: torch.Tensor, length: torch.Tensor) -> None:
-        for layer in self.cache.layers:
-            layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
-            layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
-            layer.cumulative_length.copy_(length)
+    kwargs = {"logits_to_keep": 1} if last_only and "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask,
+                past_key_values=cache, cache_position=cache_position, use_cache=True, **kwargs)
+    return out.logits[0, -1:] if last_only else out.logits[0]
 
 
 class Runner(Protocol):
-    """What the decoding loops drive (`ModelRunner`, or a static runner of `ladref.compiled`).
+    """What the decoding loops drive (`ModelRunner`, or `ladref.static.StaticRunner`).
 
     Attributes:
         device: where the model runs.

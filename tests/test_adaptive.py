@@ -92,3 +92,40 @@ def test_bad_arguments_are_refused():
         DraftPolicy(CPU, prior=(2.0, 1.0))
     with pytest.raises(TypeError, match="does not implement the Proposer protocol"):
         adaptive_decode(model, PROMPT, cost=CPU, proposers=[42])
+
+
+def test_adaptive_decoding_over_a_width_bucketed_static_runner_is_greedy():
+    """One `StaticRunner` of a few widths serves every call; each step is padded to its bucket."""
+    from ladref.static import StaticRunner
+
+    model = tiny_model("llama", 16, 0)
+    runner = StaticRunner(model, 160, widths=(1, 2, 4, 8, 16, 32))
+    decoder = AdaptiveDecoder(model, cost=CPU, runner=runner, keep_learning=True)
+    buckets = set()
+    for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 6, 5, 4], [7]):
+        result = decoder(prompt, 40, eos_token_id=[])
+        assert result.token_ids == hf_greedy(model, prompt, 40)
+        buckets |= {runner.width_for(q) for q in result.stats.forward_tokens_per_step}
+    assert len(buckets) > 1  # the steps switched widths
+
+
+@pytest.mark.slow
+def test_compiled_width_buckets_serve_adaptive_decoding_exactly():
+    """Frozen max-autotune steps, one per width compiled once, switched between without recompiling."""
+    from strategies import build_tiny
+    from torch._dynamo.utils import counters
+
+    from ladref.static import StaticRunner
+
+    torch._dynamo.reset()
+    model = build_tiny("llama", 16, 1).float()
+    runner = StaticRunner(model, 128, compile_mode="max-autotune", widths=(1, 4, 16))
+    assert runner.compile() > 0 and sorted(runner.compile_s) == [1, 4, 16]
+    graphs = dict(counters["stats"])
+    decoder = AdaptiveDecoder(model, cost=CPU, runner=runner, keep_learning=True)
+    buckets = set()
+    for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 6, 5, 4]):
+        result = decoder(prompt, 32, eos_token_id=[])
+        assert result.token_ids == hf_greedy(model, prompt, 32)
+        buckets |= {runner.width_for(q) for q in result.stats.forward_tokens_per_step}
+    assert len(buckets) > 1 and dict(counters["stats"]) == graphs  # widths switched, nothing compiled again

@@ -26,7 +26,8 @@ from ladref.lookahead import LookaheadProposer
 from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.step import draft_step
-from ladref.runner import ModelRunner, StaticRunner
+from ladref.runner import ModelRunner, guard_static_cache
+from ladref.static import StaticRunner, compile_scope, static_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
@@ -38,7 +39,7 @@ def test_constant_shape_decoding_equals_generate(arch, vocab, seed, config, data
     first, second = data.draw(prompts(vocab)), data.draw(prompts(vocab))
     eos = data.draw(st.none() | st.integers(0, vocab - 1))
     eos_arg = [] if eos is None else eos
-    for decoder in (CompiledDecoder(model, config, max_length=96, mode=None), CompiledDecoder(model, max_length=96, mode=None)):
+    for decoder in (CompiledDecoder(model, config, max_length=128, mode=None), CompiledDecoder(model, max_length=128, mode=None)):
         for prompt in (first, second):  # one decoder, several calls: nothing carries over
             result = decoder(prompt, max_new_tokens, eos_token_id=eos_arg)
             assert result.token_ids == hf_greedy(model, prompt, max_new_tokens, eos)
@@ -74,7 +75,7 @@ def test_padded_step_matches_the_unpadded_step(config):
 
 def test_bad_arguments_are_refused():
     model = tiny_model("llama", 16, 0)
-    with pytest.raises(ValueError, match="mode must be one of"):
+    with pytest.raises(ValueError, match="unknown compile mode .max-autotune-plus."):
         CompiledDecoder(model, max_length=64, mode="max-autotune-plus")
     with pytest.raises(TypeError, match="config must be a LookaheadConfig or None"):
         CompiledDecoder(model, (4, 4, 4), max_length=64)
@@ -109,6 +110,53 @@ def test_torch_compile_on_cpu_is_exact_and_compiles_once():
         assert _graph_count() == compiled, "a decoding call recompiled the step"
     eager = lookahead_decode(model, PROMPT, 24, config=config, eos_token_id=[])
     assert eager.token_ids == expected[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [None, LookaheadConfig(3, 3, 3)])
+def test_frozen_max_autotune_decoders_of_one_shape_keep_their_own_cache(config):
+    """Regression: under freezing, a compiled step holds its cache's buffers as graph constants.
+
+    Two decoders of the same shapes once shared the first one's frozen graph: the second read and
+    wrote the first one's cache (tokens different from greedy's), then wrote past its end
+    ("index out of bounds" inside the generated kernel).
+    """
+    torch._dynamo.reset()
+    model = build_tiny("llama", 16, 1).float()
+    prompts = (PROMPT, [5, 4, 6, 5, 4], [7, 3, 3, 9])
+    expected = [greedy_decode(model, p, 24, eos_token_id=[]).token_ids for p in prompts]
+    first, second = (CompiledDecoder(model, config, max_length=64, mode="max-autotune") for _ in range(2))
+    assert first(prompts[0], 24, eos_token_id=[]).token_ids == expected[0]
+    kept = [(layer.keys.clone(), int(layer.cumulative_length)) for layer in first.runner.cache.layers]
+    for prompt, tokens in zip(prompts[1:], expected[1:]):
+        assert second(prompt, 24, eos_token_id=[]).token_ids == tokens
+    for (keys, length), layer in zip(kept, first.runner.cache.layers):  # the second decoder left it alone
+        assert torch.equal(keys, layer.keys) and int(layer.cumulative_length) == length
+    assert first(prompts[2], 24, eos_token_id=[]).token_ids == expected[2]
+
+
+@pytest.mark.slow
+def test_a_frozen_graph_is_not_reused_for_another_cache():
+    """`guard_static_cache`: one compiled step run on two runners' caches writes each into its own."""
+    torch._dynamo.reset()
+    model = build_tiny("llama", 16, 1).float()
+    runners = [StaticRunner(model, 32) for _ in range(2)]
+    for runner, prompt in zip(runners, (PROMPT, [5, 4, 6, 5, 4])):
+        runner.prefill(torch.tensor(prompt), DecodeStats())
+    step = torch.compile(static_step, fullgraph=True)  # one code object for both runners
+    args = (torch.tensor([3]), torch.tensor([9]), torch.ones(1, 1, dtype=torch.bool), torch.tensor(9))
+    with compile_scope("max-autotune"), torch.inference_mode():
+        for runner in runners:
+            guard_static_cache(runner.cache)
+        outputs = []
+        for runner in runners:
+            before = [layer.keys.clone() for layer in runners[0].cache.layers]
+            outputs.append(step(runner, *args))
+            changed = [not torch.equal(b, layer.keys) for b, layer in zip(before, runners[0].cache.layers)]
+            assert all(changed) == (runner is runners[0])  # only the runner's own cache was written
+        eager = [static_step(runner, *args) for runner in runners]
+    for out, ref in zip(outputs, eager):
+        torch.testing.assert_close(out, ref)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

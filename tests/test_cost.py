@@ -13,7 +13,8 @@ import torch
 from strategies import build_tiny, tiny_model
 
 from ladref.cost import CPU_WIDTHS, CostCache, CostModel, default_widths
-from ladref.runner import ModelRunner, StaticRunner
+from ladref.runner import ModelRunner
+from ladref.static import StaticRunner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

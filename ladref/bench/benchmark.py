@@ -81,8 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-new-tokens", type=int, default=96, help="tokens per prompt (default 96)")
     add("--dtype", choices=sorted(DTYPES), default=None, help="model dtype (default float16 on CUDA, float32 on CPU)")
     add("--attention-backend", choices=ATTENTION_BACKENDS, default="auto", help="SDPA kernels of ladref's decoders")
-    add("--compile-mode", choices=("reduce-overhead", "default", "none"), default="reduce-overhead",
-        help="torch.compile mode of the compiled_* methods (none: constant shapes, not compiled)")
+    add("--compile-mode", choices=("auto", "reduce-overhead", "max-autotune", "default", "none"), default="auto",
+        help="compile mode of the compiled_* methods (auto: reduce-overhead on CUDA, max-autotune on a CPU; "
+             "none: constant shapes, not compiled)")
     add("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     add("--device", default=None, help="default: cuda when available, else cpu")
     add("--out", default=None, help="folder for the JSON / CSV files (default: a fresh runs/bench-<date>-<time>/)")

@@ -34,7 +34,8 @@ class BenchSettings:
         warmup: run each method's one-time set-up first (a short first call; compilation and
             capture for the compiled rows), timed apart from decoding.
         attention_backend: SDPA kernel choice of ladref's decoders (`ladref.kernels.sdpa_backends`).
-        compile_mode: `torch.compile` mode of the compiled rows ("reduce-overhead": CUDA graphs).
+        compile_mode: `CompiledDecoder` mode of the compiled rows ("auto": CUDA graphs on CUDA,
+            frozen max-autotune Inductor on a CPU).
     """
 
     methods: tuple[str, ...] = ("greedy", "lookahead")
@@ -44,7 +45,7 @@ class BenchSettings:
     max_new_tokens: int = 96
     warmup: bool = True
     attention_backend: str = "auto"
-    compile_mode: str | None = "reduce-overhead"
+    compile_mode: str | None = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str) or not self.methods:

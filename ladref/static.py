@@ -1,0 +1,283 @@
+"""`StaticRunner`: a model over a preallocated KV cache, fed steps of a few fixed widths, each compiled once.
+
+A compiled graph has fixed shapes. The runner gives a step of any q tokens one of a few shapes:
+it pads the step to the smallest *width* w >= q of its buckets, the dummy tokens after the real
+ones. A dummy sees only itself and the committed context and no real token sees it, so the real
+tokens' logits are exactly those of the unpadded step; the dummies' logits are dropped and their
+keys/values never committed. Each width compiles once, into a callable of its own, so a decoder
+may switch widths from step to step without compiling again.
+
+The KV cache is transformers' `StaticCache` (through the primitives of `ladref.runner`): a step
+writes its w tokens at slots ``length .. length+w-1`` and attends over all M slots, the others
+masked (`ladref.masks.static_additive`); a commit gathers the accepted tokens' keys/values into
+place (always `commit_slots` slots, a constant shape) and sets the length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import types
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .config import check_int
+from .kernels import attention_scope, sdpa_backends
+from .masks import static_additive
+from .results import DecodeStats
+from .runner import (check_model, gather_static_slots, guard_static_cache, new_static_cache, set_static_length,
+                     static_cache_ready, static_forward)
+
+DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+# torch.compile modes the runner knows; None runs the same padded steps without compiling
+MODES = (None, "default", "reduce-overhead", "max-autotune")
+
+
+def check_mode(mode: object, device: torch.device) -> None:
+    """Raise a clear error unless `mode` is one of `MODES` and `device` can run it."""
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"compile mode must be a str or None, got {type(mode).__name__}")
+    if mode not in MODES:
+        raise ValueError(f"unknown compile mode {mode!r}; choose one of {MODES}")
+    if mode == "reduce-overhead" and device.type != "cuda":
+        raise ValueError(f"compile mode 'reduce-overhead' captures CUDA graphs, but the model is on {device.type}: "
+                         "use 'max-autotune' (frozen weights, Inductor's CPU GEMM templates) or 'default'")
+
+
+def check_widths(widths: object, max_length: int) -> tuple[int, ...]:
+    """`widths` as a strictly increasing tuple of positive ints that fit in the cache, or a clear error."""
+    if not isinstance(widths, Sequence) or not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
+        raise TypeError(f"widths must be a non-empty sequence of ints, got {widths!r}")
+    widths = tuple(widths)
+    if widths[0] < 1 or any(a >= b for a, b in zip(widths, widths[1:])):
+        raise ValueError(f"widths must be positive and strictly increasing, got {widths}")
+    if widths[-1] > max_length:
+        raise ValueError(f"width {widths[-1]} does not fit in the static cache's max_length {max_length}")
+    return widths
+
+
+def pad_step(input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor, width: int):
+    """Pad a step of q tokens to `width` with dummies after the real ones: (width,) ids, positions, (width, width) mask.
+
+    A dummy repeats the last real token and its position and sees only itself (the mask's
+    diagonal); no real token sees it, so the real tokens compute exactly what they would unpadded.
+    """
+    q = input_ids.shape[0]
+    ids = torch.cat([input_ids, input_ids[-1:].expand(width - q)])
+    positions = torch.cat([position_ids, position_ids[-1:].expand(width - q)])
+    mask = torch.eye(width, dtype=torch.bool)
+    mask[:q, :q] = allowed
+    return ids, positions, mask
+
+
+def static_step(runner: StaticRunner, input_ids, position_ids, allowed, length, last_only: bool = False) -> torch.Tensor:
+    """The step every width compiles: (w,) ids and positions, (w, w) mask, () length -> (w, V) logits."""
+    set_static_length(runner.cache, length)  # the step writes at slots length .. length+w-1
+    mask = static_additive(allowed, length, runner.max_length, runner.dtype)  # (1, 1, w, M)
+    slots = length + torch.arange(input_ids.shape[0], device=input_ids.device)
+    return static_forward(runner.model, runner.cache, input_ids, position_ids, mask, slots, last_only)
+
+
+def static_commit(runner: StaticRunner, src: torch.Tensor, dst: torch.Tensor, length: torch.Tensor) -> None:
+    """Gather slots `src` into slots `dst` ((commit_slots,) each), then set the length."""
+    gather_static_slots(runner.cache, src, dst)
+    set_static_length(runner.cache, length)
+
+
+def compile_scope(mode: str | None) -> contextlib.AbstractContextManager:
+    """Inductor settings in force while a step compiles: frozen weights for "max-autotune", scoped, never global."""
+    return torch._inductor.config.patch(freezing=True) if mode == "max-autotune" else contextlib.nullcontext()
+
+
+def compile_own(fn: Callable, name: str, mode: str | None, device: torch.device) -> Callable:
+    """`torch.compile` of a private copy of `fn` (mode None: `fn` itself, uncompiled).
+
+    torch.compile keeps its graphs per *code object*, shared by every function made from it. The
+    graphs hold this runner's cache buffers, guarded by identity (`guard_static_cache`), so a code
+    object shared by many runners would recompile for each, up to Dynamo's recompile limit. A
+    private copy per runner and width compiles once, its own graph, and no other runner's.
+    """
+    if mode is None:
+        return fn
+    own = types.FunctionType(fn.__code__.replace(co_name=name), fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    torch_mode = {"default": None, "max-autotune": "max-autotune" if device.type == "cuda" else "max-autotune-no-cudagraphs"}
+    return torch.compile(own, mode=torch_mode.get(mode, mode), fullgraph=True, dynamic=False)
+
+
+class StaticRunner:
+    """A model plus a preallocated static KV cache, fed steps padded to a few widths, optionally compiled.
+
+    Unlike `ladref.runner.ModelRunner`, one StaticRunner serves many calls (`prefill` starts a new
+    one): its cache buffers keep their addresses, so the steps compiled once serve every call.
+    The prompt prefill (a new length each call) runs uncompiled.
+
+    Args:
+        model: a decoder-only transformers model using eager or SDPA attention.
+        max_length: M, the cache's slots: prompt + new tokens + one step's width must fit.
+        attention_backend: the SDPA kernel choice (`ladref.kernels.sdpa_backends`).
+        compile_mode: None (eager), or how to compile each width: "default" (Inductor),
+            "reduce-overhead" (CUDA graphs, CUDA only), "max-autotune" (frozen weights and
+            Inductor's max-autotune GEMM templates; on a CPU its C++ micro-kernels).
+        commit_slots: slots every commit copies (a constant shape): the most tokens one commit
+            keeps (N for lookahead decoding); default the largest width (without widths: each
+            commit copies what it keeps). Extra slots copy the last kept token past the new
+            length, where it is masked and later overwritten.
+        step_width: shorthand for ``widths=(step_width,)``: every step padded to one width.
+        widths: the width buckets, increasing; a step of q tokens runs at the smallest width >= q.
+            None (and no `step_width`): `DEFAULT_WIDTHS` when compiled, else each step as it comes.
+
+    Attributes:
+        compile_s: {width: seconds its compilation took}, for the widths compiled so far.
+    """
+
+    constant_shapes = True  # lookahead steps always feed G candidate rows
+
+    def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
+                 compile_mode: str | None = None, commit_slots: int | None = None, step_width: int | None = None, *,
+                 widths: Sequence[int] | None = None) -> None:
+        check_model(model)
+        check_int("max_length", max_length, 2)
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        check_mode(compile_mode, self.device)
+        if widths is None and step_width is not None:
+            widths = (step_width,)
+        if widths is None and compile_mode is not None:
+            widths = tuple(w for w in DEFAULT_WIDTHS if w <= max_length)
+        self.widths = None if widths is None else check_widths(widths, max_length)
+        if commit_slots is None and self.widths is not None:
+            commit_slots = self.widths[-1]
+        if commit_slots is not None:
+            check_int("commit_slots", commit_slots, 1)
+        self.model, self.max_length, self.commit_slots, self.compile_mode = model, max_length, commit_slots, compile_mode
+        self.vocab_size = model.get_input_embeddings().num_embeddings
+        self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
+        self.cache = new_static_cache(model, max_length)
+        self.length = 0
+        self.compile_s: dict[int, float] = {}
+        self._steps: dict[int, Callable] = {}
+        self._commit = compile_own(static_commit, "static_commit", compile_mode, self.device)
+
+    @property
+    def past_len(self) -> int:
+        """Tokens committed in the cache."""
+        return self.length
+
+    @property
+    def step_width(self) -> int | None:
+        """The largest width (every step pads to at most this many tokens); None: steps are not padded."""
+        return None if self.widths is None else self.widths[-1]
+
+    def width_for(self, q: int) -> int:
+        """The width a step of q tokens runs at: the smallest bucket >= q (q itself without buckets)."""
+        if self.widths is None:
+            return q
+        for width in self.widths:
+            if width >= q:
+                return width
+        raise ValueError(f"a step of {q} tokens is wider than this runner's largest width {self.widths[-1]} (widths {self.widths})")
+
+    def compile(self, widths: Sequence[int] | None = None) -> float:
+        """Compile the steps of `widths` (default: all) and the commit now; returns the seconds it took.
+
+        A width not compiled here compiles at its first step.
+        """
+        start = time.perf_counter()
+        for width in (self.widths or ()) if widths is None else widths:
+            self._step_for(self.width_for(width))
+        return time.perf_counter() - start
+
+    def reset(self) -> None:
+        """Start a new call: the cache's contents are forgotten (its buffers stay where they are)."""
+        self.length = 0
+        if static_cache_ready(self.cache):
+            set_static_length(self.cache, torch.tensor(0, device=self.device))
+
+    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
+        """As `ModelRunner.prefill_whole`, uncompiled (the prompt's length changes from call to call)."""
+        self.reset()
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return self._run(static_step, prompt, torch.arange(prompt.shape[0]), None, prompt.shape[0], last_only=True)[0]
+
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
+        """Start a new call, then cache the prompt but its last token (uncompiled)."""
+        self.reset()
+        if prompt.shape[0] > 1:
+            self._run(static_step, prompt[:-1], torch.arange(prompt.shape[0] - 1), None, prompt.shape[0] - 1, last_only=True)
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return int(prompt[-1])
+
+    @torch.inference_mode()  # the compiled steps' inputs are always inference tensors (a guard checks it)
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
+        """As `ModelRunner.forward` (same arguments, same result), padded to a width, through the static cache.
+
+        Args:
+            input_ids: (q,) token ids, q <= the largest width.
+            position_ids: (q,) absolute positions; None means past_len + arange(q).
+            allowed: (q, q) bool mask within the step; None means causal.
+            keep: (k,) indices of the positions whose logits are needed; None keeps all q.
+
+        Returns:
+            (k, V) logits in float32 (float64 if the model is float64).
+        """
+        q = input_ids.shape[0]
+        width = self.width_for(q)
+        if self.length + width > self.max_length:
+            raise ValueError(f"the static cache holds {self.max_length} positions (max_length); a step of width {width} "
+                             f"after {self.length} tokens needs {self.length + width}")
+        if position_ids is None:
+            position_ids = torch.arange(self.length, self.length + q)
+        if allowed is None:
+            allowed = torch.ones(q, q, dtype=torch.bool).tril_()
+        step = static_step if self.compile_mode is None else self._step_for(width)
+        ids, positions, mask = pad_step(input_ids.cpu(), position_ids.cpu(), allowed.cpu(), width)
+        logits = self._run(step, ids, positions, mask, q)  # (width, V)
+        return logits.index_select(0, (torch.arange(q) if keep is None else keep).to(self.device))
+
+    @torch.inference_mode()
+    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
+        """As `ModelRunner.commit`: keep `past_len` entries plus the last step's entries `accepted`, in place."""
+        k = accepted.shape[0]
+        slots = k if self.commit_slots is None else self.commit_slots
+        if not 1 <= k <= slots:
+            raise ValueError(f"a commit keeps 1..{slots} tokens (commit_slots), got {k}")
+        padded = torch.cat([accepted.cpu(), accepted[-1:].cpu().expand(slots - k)])  # (slots,)
+        # a copy past the cache's end is clamped onto its last slot: past the new length, or the same token
+        dst = (past_len + torch.arange(slots)).clamp_(max=self.max_length - 1)
+        to = self.device
+        self._commit(self, (past_len + padded).to(to), dst.to(to), torch.tensor(past_len + k, device=to))
+        self.length = past_len + k
+
+    @torch.inference_mode()
+    def _run(self, step: Callable, ids, positions, mask, q: int, last_only: bool = False) -> torch.Tensor:
+        """Run `step` over w tokens written at the current length, then count the q real ones as appended."""
+        width = ids.shape[0]
+        if self.length + width > self.max_length:
+            raise ValueError(f"the static cache holds {self.max_length} positions (max_length); a step needs {self.length + width}")
+        to = self.device
+        mask = torch.ones(width, width, dtype=torch.bool).tril_() if mask is None else mask
+        args = (ids.to(to), positions.to(to), mask.to(to), torch.tensor(self.length, device=to))
+        with attention_scope(self.kernels):
+            logits = step(self, *args, last_only=True) if last_only else step(self, *args)
+        self.length += q
+        return logits if logits.dtype == torch.float64 else logits.float()
+
+    @torch.inference_mode()  # grad off while compiling: Inductor freezes weights only then
+    def _step_for(self, width: int) -> Callable:
+        """The step of `width`, compiled at its first use (three runs past the committed slots)."""
+        if width not in self._steps:
+            start, length = time.perf_counter(), self.length
+            if not static_cache_ready(self.cache):  # the first forward allocates the cache's buffers: run it eagerly
+                self._run(static_step, torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), None, 0)
+            guard_static_cache(self.cache)  # a graph holding these buffers serves this cache only
+            step = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device)
+            with compile_scope(self.compile_mode):
+                for _ in range(3):  # compile; record CUDA graphs; replay. Writes only slots from `length` on
+                    self._run(step, torch.zeros(width, dtype=torch.long), torch.arange(width), None, 0)
+                    self.commit(length, torch.zeros(1, dtype=torch.long))
+                    self.length = length
+            self._steps[width] = step
+            self.compile_s[width] = time.perf_counter() - start
+        return self._steps[width]
