@@ -2,12 +2,11 @@
 
 On a GPU a decoding step of a small model costs a few hundred kernel launches, not arithmetic;
 capturing the step as a CUDA graph (``torch.compile(mode="reduce-overhead")``) replays all of
-them as one. A graph has fixed shapes, and lookahead steps change shape twice over: the number
-of pool candidates g varies and the KV cache grows. `CompiledDecoder` removes both:
+them as one. A graph has fixed shapes, and lookahead steps change shape twice over: the draft
+tree's size varies and the KV cache grows. `CompiledDecoder` removes both:
 
-* every step feeds the same (N-1)(W+G) tokens: the window plus always G candidate rows, the
-  missing ones dummies (`ladref.masks.pad_candidates`), so ids, positions and mask keep one
-  shape;
+* every step feeds the same (N-1)(W+G) tokens: the window and the tree, padded with dummies
+  that nothing sees (`ladref.static.pad_step`), so ids, positions and mask keep one shape;
 * the KV cache is preallocated (`ladref.static.StaticRunner`): a step writes its tokens into the
   next slots and attends over the whole cache with the unused slots masked; the accepted branch
   is committed in place (a constant-size gather, a length counter), not by concatenation.

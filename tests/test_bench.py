@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,6 +37,7 @@ from ladref.bench.scaling import (
     scaling_sweep,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [torch.tensor([1, 2, 3, 1, 2, 3, 1, 2]), torch.tensor([[5, 4, 6, 5, 4]])]
 
 
@@ -131,6 +133,14 @@ def test_compiled_and_static_cache_rows_with_their_set_up_timed_apart():
         assert by[(p, "compiled_lookahead 3/3/3")].steps == by[(p, "lookahead 3/3/3")].steps
         assert by[(p, "compiled_lookahead 3/3/3")].mean_forward_tokens <= 12  # real tokens; the padded step computes 12
         assert by[(p, "compiled_lookahead 3/3/3")].flops >= by[(p, "lookahead 3/3/3")].flops
+
+
+def test_compiled_adaptive_row_runs_on_fixed_widths_and_matches_greedy():
+    settings = BenchSettings(("adaptive", "compiled_adaptive"), LookaheadConfig(3, 3, 3), max_new_tokens=24, compile_mode=None)
+    setup: dict[str, float] = {}
+    records = run_bench(tiny_model("llama", 8, 1), PROMPTS, settings, setup_s=setup)
+    assert list(setup) == ["greedy", "adaptive", "compiled_adaptive"] and all(r.match for r in records)
+    assert sorted(r.prompt_id for r in records if r.method == "compiled_adaptive") == ["0", "1"]
 
 
 def test_settings_validation_and_method_names():
@@ -328,6 +338,25 @@ def test_results_folder_renders_leaderboard_and_reads_former_names(tmp_path):
     assert "| gsm8k | hf_plookup | 1.60 | 13.0 | 1.00x | 1.00x | 4/5 |" in text and "| specbench | newcomer | 1.40 |" in text
     assert text.count("| dataset | method |") == 2  # one speed and one cost table for both files
     assert "Leaderboard, specbench:" in text and "| newcomer | 0.67x | 2.00x | 1.11x | 2/3 |" in text
+
+
+def test_merged_per_task_runs_equal_one_run_over_all_tasks(tmp_path):
+    from ladref.bench.leaderboard import leaderboard, leaderboard_dicts
+
+    spec = importlib.util.spec_from_file_location("merge_specbench", ROOT / "benchmarks" / "merge_specbench.py")
+    merge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(merge)
+    runs = tmp_path / "runs"
+    for task in ("qa", "rag"):  # what --dataset specbench:qa,specbench:rag saves, one file per task
+        mine = [r for r in SYNTHETIC if r.task == task]
+        save_results(runs / f"specbench_{task}", mine, summarize(mine),
+                     {"dataset": f"specbench:{task}", "setup_s": {"greedy": 1.0 if task == "qa" else 3.0}})
+    assert merge.main([str(runs), str(tmp_path / "out")]) == 0
+    merged = json.loads((tmp_path / "out" / "specbench.json").read_text())
+    assert merged["leaderboard"] == json.loads(json.dumps(leaderboard_dicts(leaderboard(SYNTHETIC))))
+    assert merged["meta"]["dataset"] == "specbench" and merged["meta"]["setup_s"] == {"greedy": 2.0}
+    assert len(merged["records"]) == len(SYNTHETIC) and (tmp_path / "out" / "specbench_leaderboard.csv").is_file()
+    assert merge.main([str(tmp_path / "out" / "missing"), str(tmp_path)]) == 2
 
 
 def test_spread_by_length_covers_the_range():

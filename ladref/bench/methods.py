@@ -2,7 +2,9 @@
 
 * ``greedy``, ``jacobi``, ``lookahead``: ladref's eager decoders (one row per lookahead config);
 * ``compiled_greedy``, ``compiled_lookahead``: `ladref.CompiledDecoder`, constant-shape steps
-  over a static cache, captured once (``torch.compile(mode="reduce-overhead")``);
+  over a static cache, compiled once (CUDA graphs on CUDA, frozen max-autotune Inductor on a
+  CPU); ``compiled_adaptive``: `ladref.AdaptiveDecoder` over a `ladref.static.StaticRunner`
+  of the widths 1, 2, 4, ..., 64, each compiled once, its cost curve measured through it;
 * ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
@@ -24,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptive import AdaptiveDecoder
-from ..compiled import CompiledDecoder
+from ..adaptive import AdaptiveDecoder, kv_lengths_for
+from ..compiled import CompiledDecoder, resolve_mode
 from ..config import LookaheadConfig
 from ..cost import CostCache
 from ..greedy import greedy_decode
@@ -34,10 +36,11 @@ from ..lookahead import lookahead_decode
 from ..prompt_lookup import prompt_lookup_decode
 from ..recycling import RecyclingProposer, recycling_decode
 from ..results import DecodeResult
+from ..static import DEFAULT_WIDTHS, StaticRunner
 from .hf import generate_decode, hf_prompt_lookup_decode
 
 METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
-           "recycling", "recycling_warm", "adaptive", "compiled_greedy", "compiled_lookahead")
+           "recycling", "recycling_warm", "adaptive", "compiled_greedy", "compiled_lookahead", "compiled_adaptive")
 METHOD_ALIASES = {"plookup": "hf_plookup"}
 """Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
@@ -112,6 +115,21 @@ def _compiled(model, config, max_length, mode, backend) -> BenchMethod:
     return BenchMethod(label, kind, config, lambda m, ids, n: decoder(ids, n), lambda m, prompts, n: decoder.warmup())
 
 
+def _compiled_adaptive(model, max_length, mode, backend, cache: CostCache) -> BenchMethod:
+    """Adaptive decoding over one static runner of fixed widths; compiling them is its set-up."""
+    mode = resolve_mode(mode, next(model.parameters()).device) if mode is not None else None
+    slots = max(max_length, max(kv_lengths_for(model)) + 2 * DEFAULT_WIDTHS[-1]) + DEFAULT_WIDTHS[-1]  # the cost curve fits too
+    runner = StaticRunner(model, slots, backend, compile_mode=mode, widths=DEFAULT_WIDTHS)
+    decoders: list[AdaptiveDecoder] = []
+
+    def setup(m, prompts, n):
+        runner.compile()  # every width, before the cost curve is measured through them
+        decoders.append(AdaptiveDecoder(m, cache=cache, runner=runner, attention_backend=backend))
+        decoders[0](prompts[0], min(8, n))
+
+    return BenchMethod("compiled_adaptive", "tree", None, lambda m, ids, n: decoders[0](ids, n), setup)
+
+
 def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend: str, cache: CostCache) -> BenchMethod:
     """A row of one of ladref's tree decoders (every fed token's logits read: FLOPs kind "tree")."""
     if method == "prompt_lookup":
@@ -160,6 +178,8 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
             rows.append(_tree_rows(method, model, lookup_tokens, backend, cache))
         elif method == "compiled_greedy":
             rows.append(_compiled(model, None, max_length, compile_mode, backend))
-        else:
+        elif method == "compiled_adaptive":
+            rows.append(_compiled_adaptive(model, max_length, compile_mode, backend, cache))
+        else:  # compiled_lookahead
             rows += [_compiled(model, c, max_length, compile_mode, backend) for c in configs]
     return rows

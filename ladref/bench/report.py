@@ -171,7 +171,7 @@ def plot_speedups(tables: dict[str, list[MethodSummary]], path: str | Path, titl
     from matplotlib.figure import Figure
 
     methods = list(dict.fromkeys(s.method for rows in tables.values() for s in rows))
-    fig = Figure(figsize=(max(6.0, 1.2 * len(methods) * len(tables) / 2), 4.0))
+    fig = Figure(figsize=(min(12.0, max(6.0, 1.2 * len(methods) * len(tables) / 2)), 4.2))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     width = 0.8 / max(len(tables), 1)
