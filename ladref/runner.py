@@ -245,8 +245,12 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
     """One forward pass over a static cache, writing the step's keys/values into it.
 
     Args:
-        input_ids, position_ids, cache_position: (q,) each.
+        model: the model whose layers `cache` holds.
+        cache: the static KV cache of M slots.
+        input_ids: (q,) token ids.
+        position_ids: (q,) absolute positions.
         mask: (1, 1, q, M) additive mask over the cache's M slots (`ladref.masks.static_additive`).
+        cache_position: (q,) the slots the step's keys/values are written to.
         last_only: compute the last position's logits only (a prompt prefill).
 
     Returns:
