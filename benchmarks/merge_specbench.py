@@ -37,8 +37,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or not Path(argv[0]).is_dir():
         print(__doc__, file=sys.stderr)
         return 2
-    files = sorted(Path(argv[0]).glob("specbench_*.json"))
-    files = [f for f in files if not f.stem.endswith("_leaderboard")]
+    files = sorted(Path(argv[0]).glob("specbench_*.json"))  # the leaderboards are .csv
     if not files:
         print(f"no specbench_<task>.json in {argv[0]}", file=sys.stderr)
         return 1

@@ -117,7 +117,7 @@ def _compiled(model, config, max_length, mode, backend) -> BenchMethod:
 
 def _compiled_adaptive(model, max_length, mode, backend, cache: CostCache) -> BenchMethod:
     """Adaptive decoding over one static runner of fixed widths; compiling them is its set-up."""
-    mode = resolve_mode(mode, next(model.parameters()).device) if mode is not None else None
+    mode = resolve_mode(mode, next(model.parameters()).device)  # None stays None: eager static steps
     slots = max(max_length, max(kv_lengths_for(model)) + 2 * DEFAULT_WIDTHS[-1]) + DEFAULT_WIDTHS[-1]  # the cost curve fits too
     runner = StaticRunner(model, slots, backend, compile_mode=mode, widths=DEFAULT_WIDTHS)
     decoders: list[AdaptiveDecoder] = []
