@@ -10,6 +10,7 @@ Greedy output is unchanged: drafts only decide how many tokens a step may accept
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import torch
@@ -26,6 +27,7 @@ from .results import DecodeResult, DecodeStats
 from .runner import Runner
 from .sampling import Chooser, make_chooser
 from .step import draft_step
+from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
@@ -57,16 +59,17 @@ def run_adaptive(runner: Runner, prompt: torch.Tensor, proposers: Sequence[Propo
     context = prompt.tolist()
     for proposer in proposers:
         proposer.begin(list(context))
-    # 1. Propose: each source's tree, kept apart (the policy learns per source), checked like any
-    #    draft (the first step's before any forward pass).
-    trees = [merged_tree([p], context, runner.vocab_size) for p in proposers]
+    # 1. Propose: each source's tree, kept apart (the policy learns per source and grade), checked
+    #    like any draft (the first step's before any forward pass).
+    trees, evidence = propose_apart(proposers, context, runner.vocab_size)
     current = runner.prefill(prompt, stats)
     while True:
+        start, kv = time.perf_counter(), runner.past_len
         if position_limit is not None:
-            trees = [tree.within_depth(position_limit - 1 - runner.past_len) for tree in trees]
-        policy.propose(trees)
+            trees = [tree.within_depth(position_limit - 1 - kv) for tree in trees]
+        policy.propose(trees, evidence)
         # 2. Choose: the nodes worth their cost at this KV length, and the window or not.
-        tree, feed_window, _ = policy.choose(trees, runner.past_len, cells)
+        tree, feed_window, _ = policy.choose(trees, kv, cells, evidence)
         outcome = draft_step(runner, current, tree, window if feed_window else None, chooser, context, topk)
         stats.record_step(sink.extend(outcome.tokens), outcome.fed, outcome.window_tokens, tree, outcome.path)
         # 3. Learn: the policy checks every proposed tree against the new tokens; the sources learn as usual.
@@ -77,7 +80,14 @@ def run_adaptive(runner: Runner, prompt: torch.Tensor, proposers: Sequence[Propo
             return
         context.extend(outcome.tokens)
         current = outcome.tokens[-1]
-        trees = [merged_tree([p], context, runner.vocab_size) for p in proposers]  # 1. propose
+        trees, evidence = propose_apart(proposers, context, runner.vocab_size)  # 1. propose
+        policy.timed(outcome.fed, kv, time.perf_counter() - start)  # what this step cost, all of it
+
+
+def propose_apart(proposers: Sequence[Proposer], context: Sequence[int], vocab: int) -> tuple[list[DraftTree], list[int]]:
+    """Each proposer's tree (checked as `merged_tree` does) and its ``evidence`` (0 when it has none)."""
+    trees = [merged_tree([p], context, vocab) for p in proposers]
+    return trees, [int(getattr(p, "evidence", 0)) for p in proposers]
 
 
 class AdaptiveDecoder:
@@ -92,6 +102,9 @@ class AdaptiveDecoder:
         runner: a runner to reuse across calls (e.g. a compiled static runner); default a fresh
             `ModelRunner` per call. Its ``widths``, when it has them, are the only step widths used.
         keep_learning: keep the learned acceptance across calls (False: each call starts afresh).
+        calibrate: correct the curve by the time every step actually takes (`DraftPolicy.timed`);
+            None (default): on when the curve is measured here (`cost` omitted), off for a curve
+            passed in, which is then taken as it is (a synthetic one means exactly what it says).
         attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).
 
     Attributes:
@@ -100,16 +113,18 @@ class AdaptiveDecoder:
 
     def __init__(self, model: torch.nn.Module, *, cost: CostModel | None = None, cache: CostCache | None = None,
                  proposers: Sequence[Proposer] | None = None, window: LookaheadConfig | None = DEFAULT_WINDOW,
-                 runner: Runner | None = None, keep_learning: bool = False, attention_backend: str = "auto") -> None:
+                 runner: Runner | None = None, keep_learning: bool = False, calibrate: bool | None = None,
+                 attention_backend: str = "auto") -> None:
         if cost is not None and not isinstance(cost, CostModel):
             raise TypeError(f"cost must be a CostModel, got {type(cost).__name__}")
         self.model, self.runner, self.attention_backend = model, runner, attention_backend
         self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
+        self.calibrate = cost is None if calibrate is None else bool(calibrate)
         if cost is None:
             cost = (cache or CostCache()).get(model, runner, kv_lengths=kv_lengths_for(model), attention_backend=attention_backend)
         self.cost, self.keep_learning = cost, keep_learning
         self.widths = getattr(runner, "widths", None)
-        self.policy = DraftPolicy(cost, self.widths)
+        self.policy = DraftPolicy(cost, self.widths, calibrate=self.calibrate)
 
     def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, *, eos_token_id: EosIds = None,
                  tokenizer: Tokenizer | None = None, do_sample: bool = False, temperature: float | None = None,
@@ -118,7 +133,7 @@ class AdaptiveDecoder:
         """Decode one prompt (arguments as `adaptive_decode`)."""
         chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
         if not self.keep_learning:
-            self.policy = DraftPolicy(self.cost, self.widths)
+            self.policy = DraftPolicy(self.cost, self.widths, calibrate=self.calibrate)
         extent = max([16] + [p.window.grid.shape[0] + p.window.grid.shape[1] + 1 for p in self.proposers
                              if getattr(p, "window", None) is not None])
         call = DecodeCall.begin(self.model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer,

@@ -8,7 +8,10 @@ step's time. `DraftPolicy` keeps both sides:
   output is fixed, so once the next tokens are known, any proposed tree can be checked against
   them (a counterfactual verification that costs no forward pass). A node's value is the
   product of those rates along its path: the probability that it will be accepted;
-* cost: t(q) at the current KV length, from a `ladref.cost.CostModel` measured on this machine.
+* cost: t(q) at the current KV length, from a `ladref.cost.CostModel` measured on this machine,
+  optionally corrected as decoding goes by the time each step actually took (`timed`): a
+  curve measured with bare forward passes at a few KV lengths is a prior, what the steps of
+  this call cost (their host work included, at this prompt's length) is the evidence.
 
 Each step it feeds the b most valuable nodes (a tree: a child is never worth more than its
 parent) and, optionally, the lookahead window, choosing b and the window to maximise
@@ -22,6 +25,7 @@ when about one more token is expected.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +34,7 @@ import torch
 from .cost import CostModel
 from .tree import DraftTree
 
-Key = tuple[str, int, int]  # (source, depth, sibling rank)
+Key = tuple[str, int, int, int]  # (source, evidence, depth, sibling rank)
 
 
 @dataclass
@@ -54,6 +58,22 @@ def sibling_ranks(tree: DraftTree) -> list[int]:
     return ranks
 
 
+def exclusive(tree: DraftTree, value: torch.Tensor) -> torch.Tensor:
+    """Values made consistent: at most one child of a node can be accepted, so its children's
+    values sum to at most its own (the root's: 1). Sources that each think well of a different
+    child overstate the sum; their siblings, and with them their subtrees, are scaled down to it."""
+    parents = tree.parents.tolist()
+    below = [float(value[i]) / (1.0 if p < 0 else max(float(value[p]), 1e-300)) for i, p in enumerate(parents)]
+    for children in tree.children.values():  # below[i]: P(node i right | its parent right)
+        total = sum(below[c] for c in children)
+        for c in children:
+            below[c] /= max(total, 1.0)
+    out = torch.zeros_like(value)
+    for i, p in enumerate(parents):  # topological order: a parent comes first
+        out[i] = below[i] * (1.0 if p < 0 else float(out[p]))
+    return out
+
+
 @dataclass
 class Pending:
     """A proposed tree still being checked against the tokens that follow its position."""
@@ -75,6 +95,9 @@ class DraftPolicy:
         window_bonus: the floor of the window's value in tokens per step (> 0: fed when free).
         window_source: the source whose drafts the window keeps fresh (the lookahead pool); the
             window's value is the tokens per step that source's drafts would recently have won.
+        calibrate: correct the cost model by the measured time of every step (`timed`); off for a
+            synthetic curve that must be taken as it is.
+        smoothing: the weight of each new timing in the running corrections (0 < smoothing <= 1).
     """
 
     cost: CostModel
@@ -85,11 +108,16 @@ class DraftPolicy:
     rates: dict[Key, Rate] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     window_value: float = 0.0
+    calibrate: bool = False
+    smoothing: float = 0.2
+    corrections: dict[int, float] = field(default_factory=dict)  # log(measured / modelled) per width bucket; 0: any
 
     def __post_init__(self) -> None:
         a, b = self.prior
         if not 0 < a < b:
             raise ValueError(f"prior must be (accepted, reached) with 0 < accepted < reached, got {self.prior}")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
         if self.widths is not None:
             self.widths = tuple(sorted(int(w) for w in self.widths))
             if not self.widths or self.widths[0] < 1:
@@ -101,22 +129,27 @@ class DraftPolicy:
         found = self.rates.get(key)
         return found.mean if found is not None else self.prior[0] / self.prior[1]
 
-    def values(self, tree: DraftTree) -> torch.Tensor:
-        """(n,) float64, each node's probability of acceptance: the rates' product along its path
-        (`tree` is one source's tree: ranks are among its own siblings)."""
-        ranks, value = sibling_ranks(tree), torch.zeros(len(tree), dtype=torch.float64)
-        for node, (parent, depth) in enumerate(zip(tree.parents.tolist(), tree.depths.tolist())):
-            own = self.rate((tree.sources[node], depth, ranks[node]))
-            value[node] = own * (1.0 if parent < 0 else float(value[parent]))
+    def keys(self, tree: DraftTree, evidence: int = 0) -> list[Key]:
+        """Each node's rate key (`tree` is one source's tree: ranks are among its own siblings)."""
+        ranks = sibling_ranks(tree)
+        return [(tree.sources[i], evidence, int(tree.depths[i]), ranks[i]) for i in range(len(tree))]
+
+    def values(self, tree: DraftTree, evidence: int = 0) -> torch.Tensor:
+        """(n,) float64, each node's probability of acceptance: the rates' product along its path."""
+        value = torch.zeros(len(tree), dtype=torch.float64)
+        for node, (parent, key) in enumerate(zip(tree.parents.tolist(), self.keys(tree, evidence))):
+            value[node] = self.rate(key) * (1.0 if parent < 0 else float(value[parent]))
         return value
 
-    def propose(self, trees: Sequence[DraftTree]) -> None:
-        """Remember each source's tree for this position, to check it against the coming tokens."""
-        for tree in trees:
+    def propose(self, trees: Sequence[DraftTree], evidence: Sequence[int] | None = None) -> None:
+        """Remember each source's tree for this position, to check it against the coming tokens.
+
+        `evidence`: per tree, what its source says of the draft's strength (prompt lookup: the
+        length of the suffix it matched); rates are learned apart for each value.
+        """
+        for tree, seen in zip(trees, evidence or [0] * len(trees)):
             if len(tree):
-                ranks = sibling_ranks(tree)
-                keys = [(tree.sources[i], int(tree.depths[i]), ranks[i]) for i in range(len(tree))]
-                self.pending.append(Pending(tree, keys))
+                self.pending.append(Pending(tree, self.keys(tree, seen)))
 
     def observe(self, tokens: Sequence[int]) -> None:
         """The next tokens of the text are known: every pending tree learns how far it was right."""
@@ -145,33 +178,53 @@ class DraftPolicy:
 
     # --- cost ---------------------------------------------------------------------------------
 
+    def bucket(self, q: int) -> int:
+        """The width a q-token step is priced at: the next compiled width, else the next measured one."""
+        widths = self.widths if self.widths is not None else self.cost.widths
+        return next((w for w in widths if w >= q), widths[-1])
+
     def step_time(self, q: int, kv: int) -> float:
-        """t of a step of q tokens: padded to the next compiled width when widths are set."""
-        if self.widths is not None:
-            q = next((w for w in self.widths if w >= q), self.widths[-1])
-        return self.cost.time(q, kv)
+        """t of a step of q tokens: padded to the next compiled width when widths are set, times
+        the correction learned from timed steps of its bucket (of any bucket until it has one)."""
+        padded = self.bucket(q) if self.widths is not None else q
+        correction = self.corrections.get(self.bucket(q), self.corrections.get(0, 0.0))
+        return self.cost.time(padded, kv) * math.exp(correction)
+
+    def timed(self, q: int, kv: int, seconds: float) -> None:
+        """A step of q tokens over kv cached ones took `seconds`, all of it (proposing, choosing,
+        the forward pass, verifying): move the corrections of its bucket and of all toward it."""
+        if not self.calibrate or not seconds > 0:
+            return
+        padded = self.bucket(q) if self.widths is not None else q
+        error = max(-1.0, min(1.0, math.log(seconds / self.cost.time(padded, kv))))  # one odd step moves little
+        for key in (self.bucket(q), 0):
+            old = self.corrections.get(key)
+            self.corrections[key] = error if old is None else old + self.smoothing * (error - old)
 
     def max_width(self) -> int:
         return self.widths[-1] if self.widths is not None else self.cost.max_width
 
-    def choose(self, trees: Sequence[DraftTree], kv: int, window_cells: int | None = None) -> tuple[DraftTree, bool, float]:
+    def choose(self, trees: Sequence[DraftTree], kv: int, window_cells: int | None = None,
+               evidence: Sequence[int] | None = None) -> tuple[DraftTree, bool, float]:
         """The drafts and window worth feeding this step.
 
         Args:
             trees: each source's proposed tree (merged here; a node both propose takes the higher value).
             kv: the KV length the step attends to.
             window_cells: the lookahead window's tokens besides the current one, or None (no window).
+            evidence: per tree, as in `propose`.
 
         Returns:
             (the nodes to feed, feed the window?, expected tokens per second).
         """
         tree, value = DraftTree.empty(), torch.zeros(0, dtype=torch.float64)
-        for own in trees:
+        for own, seen in zip(trees, evidence or [0] * len(trees)):
             tree = tree.merge(own) if len(tree) else own
             value = torch.cat([value, torch.zeros(len(tree) - len(value), dtype=torch.float64)])
-            for node, v in enumerate(self.values(own).tolist()):
+            for node, v in enumerate(self.values(own, seen).tolist()):
                 at = tree.find_path(own.path_tokens(node))[-1]
                 value[at] = max(float(value[at]), v)
+        value = exclusive(tree, value)
         order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
         gain = [0.0] + value[order].cumsum(0).tolist()
         best = (-1.0, 0, False)

@@ -24,6 +24,10 @@ from .types import EosIds, Streamer, TokenIds, Tokenizer
 class PromptLookupProposer:
     """Drafts from n-gram matches in the prompt and the text generated so far.
 
+    Attributes:
+        evidence: the length of the suffix the last proposal matched (0: none); adaptive
+            decoding learns acceptance apart per length (`ladref.policy.DraftPolicy`).
+
     Args:
         draft_len: most tokens copied after a match (the depth of each draft).
         max_ngram: longest suffix of the text looked up.
@@ -43,6 +47,7 @@ class PromptLookupProposer:
         self.draft_len, self.max_ngram, self.min_ngram, self.max_matches = draft_len, max_ngram, min_ngram, max_matches
         self.text: list[int] = []
         self.ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> positions where an occurrence ends
+        self.evidence = 0
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.text, self.ends = [], {}
@@ -58,11 +63,12 @@ class PromptLookupProposer:
 
     def propose(self, context: Sequence[int]) -> DraftTree:
         """The continuations of the most recent earlier occurrences of the longest matching suffix."""
-        last = len(self.text) - 1
+        last, self.evidence = len(self.text) - 1, 0
         for n in range(min(self.max_ngram, len(self.text)), self.min_ngram - 1, -1):
             earlier = [end for end in self.ends.get(tuple(self.text[-n:]), ()) if end < last]
             if earlier:
                 drafts = [self.text[end + 1 : end + 1 + self.draft_len] for end in reversed(earlier[-self.max_matches :])]
+                self.evidence = n
                 return DraftTree.from_paths(drafts, self.name)
         return DraftTree.empty()
 

@@ -8,12 +8,14 @@ the merged tree of every proposer in ONE forward pass (`ladref.step.draft_step`)
     propose -> one forward -> harvest -> verify -> commit -> learn
 
 A proposer written by a user plugs into the same loop (`ladref.draft_decode`); it needs a name
-and three methods. Two optional attributes ask the step for more:
+and three methods. Optional attributes ask the step for more, or tell a policy more:
 
 * ``window``: a `ladref.lookahead.LookaheadWindow` the step must feed as its lookahead branch
   (the paper's 2-D Jacobi window; at most one per step);
 * ``topk``: an int k > 0 asks for the model's top-k next tokens at EVERY position the step
-  feeds (`StepOutcome.top`), as Token Recycling's adjacency matrix needs.
+  feeds (`StepOutcome.top`), as Token Recycling's adjacency matrix needs;
+* ``evidence``: an int, read right after ``propose``, grading that proposal (prompt lookup: the
+  length of the suffix it matched); adaptive decoding learns acceptance apart for each grade.
 """
 
 from __future__ import annotations

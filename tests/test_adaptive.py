@@ -54,7 +54,7 @@ def test_a_cpu_curve_makes_it_decode_greedily_until_drafts_pay():
     fed = result.stats.forward_tokens_per_step
     assert fed[0] == 1  # no evidence yet: a draft of unknown worth does not pay for t(2) = 2.1 t(1)
     assert max(fed) > 1 and result.stats.compression > 2.0  # once drafts are known to be accepted, it feeds them
-    learned = decoder.policy.rate(("prompt_lookup", 1, 0))
+    learned = decoder.policy.rate(("prompt_lookup", 3, 1, 0))  # after a 3-token match
     assert learned > 0.8  # checked against every step's tokens, fed or not
     flat = AdaptiveDecoder(model, cost=FLAT, proposers=[PromptLookupProposer()], window=None)([1, 2, 3], 60, eos_token_id=[])
     assert flat.stats.steps <= result.stats.steps and flat.token_ids == result.token_ids
@@ -65,10 +65,10 @@ def test_the_policy_learns_from_trees_it_did_not_feed():
     tree = DraftTree.from_paths([[5, 6, 7], [5, 8], [9]], "lookup")
     policy.propose([tree])
     policy.observe([5, 6])  # 5 right (9 reached, wrong), then 6 right (8 reached, wrong); node 7 still pending
-    assert policy.rates[("lookup", 1, 0)].accepted == 1 + 1 and policy.rates[("lookup", 1, 1)].accepted == 1
-    assert policy.rates[("lookup", 2, 0)].reached == 3 + 1 and len(policy.pending) == 1
+    assert policy.rates[("lookup", 0, 1, 0)].accepted == 1 + 1 and policy.rates[("lookup", 0, 1, 1)].accepted == 1
+    assert policy.rates[("lookup", 0, 2, 0)].reached == 3 + 1 and len(policy.pending) == 1
     policy.observe([4])
-    assert policy.rates[("lookup", 3, 0)].accepted == 1 and policy.pending == []
+    assert policy.rates[("lookup", 0, 3, 0)].accepted == 1 and policy.pending == []
     values = policy.values(tree)
     assert values[0] > values[1] > values[2]  # a child is never worth more than its parent
 
@@ -129,3 +129,47 @@ def test_compiled_width_buckets_serve_adaptive_decoding_exactly():
         assert result.token_ids == hf_greedy(model, prompt, 32)
         buckets |= {runner.width_for(q) for q in result.stats.forward_tokens_per_step}
     assert len(buckets) > 1 and dict(counters["stats"]) == graphs  # widths switched, nothing compiled again
+
+
+def test_timed_steps_correct_the_curve_when_calibrating():
+    tree = DraftTree.from_paths([[1, 2, 3, 4, 5, 6, 7]], "s")
+    policy = DraftPolicy(CPU, calibrate=True)
+    for _ in range(3):
+        policy.propose([tree])
+        policy.observe([1, 2, 3, 4, 5, 6, 7, 8])  # every node right: a draft is worth feeding
+    assert len(policy.choose([tree], kv=0)[0]) > 1
+    policy.timed(8, 0, 2 * CPU.time(8))  # the 8-token steps really cost 2x the curve (e.g. a long prompt)
+    assert policy.step_time(8, 0) == pytest.approx(2 * CPU.time(8))
+    assert policy.step_time(1, 0) == pytest.approx(2 * CPU.time(1))  # no own timing yet: the correction of all
+    policy.timed(1, 0, CPU.time(1))  # a one-token step costs what the curve says
+    assert policy.step_time(1, 0) == pytest.approx(CPU.time(1)) and len(policy.choose([tree], kv=0)[0]) == 0
+    fixed = DraftPolicy(CPU)  # calibrate=False: a curve passed in is taken as it is
+    fixed.timed(8, 0, 2 * CPU.time(8))
+    assert fixed.step_time(8, 0) == CPU.time(8) and fixed.corrections == {}
+
+
+def test_acceptance_is_learned_apart_per_grade_of_evidence():
+    policy, tree = DraftPolicy(CPU), DraftTree.from_paths([[5]], "prompt_lookup")
+    policy.propose([tree], [3])
+    policy.observe([5])
+    policy.propose([tree], [1])
+    policy.observe([6])
+    assert policy.rate(("prompt_lookup", 3, 1, 0)) > policy.prior[0] / policy.prior[1] > policy.rate(("prompt_lookup", 1, 1, 0))
+    proposer = PromptLookupProposer()
+    proposer.begin([1, 2, 3, 9, 1, 2, 3])
+    assert len(proposer.propose([1, 2, 3])) and proposer.evidence == 3  # the longest suffix found earlier
+    proposer.begin([4, 5, 6])
+    assert not len(proposer.propose([4, 5, 6])) and proposer.evidence == 0
+
+
+def test_sources_that_disagree_cannot_promise_more_than_one_child():
+    from ladref.policy import exclusive
+
+    tree = DraftTree.from_paths([[1, 2], [3], [4]], "a")  # root children 1, 3, 4; node 2 below 1
+    value = torch.tensor([0.8, 0.4, 0.6, 0.6], dtype=torch.float64)  # nodes: 1, 2, 3, 4 (topological)
+    fixed = exclusive(tree, value)
+    children = [i for i, p in enumerate(tree.parents.tolist()) if p < 0]
+    assert float(fixed[children].sum()) == pytest.approx(1.0)  # 0.8 + 0.6 + 0.6 scaled to 1
+    node2 = tree.find_path([1, 2])[-1]
+    assert float(fixed[node2] / fixed[tree.find_path([1])[-1]]) == pytest.approx(0.5)  # its own rate kept
+    assert torch.equal(exclusive(tree, value * 0.3), value * 0.3)  # consistent values stay as they are

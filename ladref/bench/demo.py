@@ -84,10 +84,13 @@ def adaptive_reasons(decoder: AdaptiveDecoder, result: DecodeResult) -> str:
     cost, stats = decoder.cost, result.stats
     widths = [q for q in (2, 4, 8, 16, 32) if q <= cost.max_width]
     curve = ", ".join(f"t({q}) = {cost.relative(q):.1f}" for q in widths)
-    rates = {}
-    for (source, depth, rank), rate in decoder.policy.rates.items():
+    counts: dict[str, list[float]] = {}  # source -> [accepted, checked] of first draft tokens, every grade of evidence
+    for (source, _, depth, rank), rate in decoder.policy.rates.items():
         if depth == 1 and rank == 0:
-            rates[source] = f"{source} {rate.mean:.0%} of {int(rate.reached - decoder.policy.prior[1])} checks"
+            seen = counts.setdefault(source, [0.0, 0.0])
+            seen[0] += rate.accepted - decoder.policy.prior[0]
+            seen[1] += rate.reached - decoder.policy.prior[1]
+    rates = {s: f"{s} {a / n:.0%} of {int(n)} checks" for s, (a, n) in counts.items() if n}
     drafted = sum(d > 0 for d in stats.draft_tokens_per_step)
     windowed = sum(w > 0 for w in stats.window_tokens_per_step)
     return (f"  cost here, in one-token steps: {curve}: a draft pays only if it carries about {cost.relative(widths[0]) - 1:.1f}"
@@ -113,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{greedy.stats.wall_time_s:.1f} s\n[3/4] lookahead decoding ...", end=" ", flush=True)
     lookahead = lookahead_decode(model, prompt, args.max_new_tokens, config=config, tokenizer=tokenizer)
     print(f"{lookahead.stats.wall_time_s:.1f} s\n[4/4] adaptive decoding ...", end=" ", flush=True)
-    decoder = AdaptiveDecoder(model, cost=cost)
+    decoder = AdaptiveDecoder(model, cost=cost, calibrate=True)  # measured here: corrected by its steps
     adaptive = decoder(prompt, args.max_new_tokens, tokenizer=tokenizer)
     print(f"{adaptive.stats.wall_time_s:.1f} s")
     same = greedy.token_ids == lookahead.token_ids == adaptive.token_ids
