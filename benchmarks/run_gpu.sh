@@ -55,7 +55,7 @@ step dispatch && python -m ladref bench --dataset humaneval --limit "$LIMIT" --d
 # 4. Spec-Bench: every draft source, the adaptive policy on this GPU's measured cost curve.
 step specbench && python -m ladref bench --cost --dtype float16 --out "$RESULTS" 2>&1 | tee "$LOG/cost.log"
 step specbench && python -m ladref bench --dataset specbench --limit "$LIMIT_SPEC" --dtype float16 \
-    --method generate,hf_plookup,jacobi,lookahead,prompt_lookup,prompt_lookup_rule,recycling,recycling_warm,adaptive,compiled_greedy,compiled_adaptive \
+    --method generate,hf_plookup,jacobi,lookahead,prompt_lookup,prompt_lookup_rule,recycling,recycling_warm,adaptive,draft_all,compiled_greedy,compiled_adaptive \
     --config 15/5/15 --block-size 8 --max-new-tokens "$MAX_NEW" --no-progress --out "$RESULTS" 2>&1 | tee "$LOG/specbench.log"
 
 # 5. Tables and chart.

@@ -3,11 +3,13 @@
 A draft pays only if what it adds to the expected tokens of a step beats what it adds to the
 step's time. `DraftPolicy` keeps both sides:
 
-* acceptance: for every draft source, depth and sibling rank, how often a draft node whose
-  parent was right turned out right too. It learns this from EVERY step, fed or not: greedy
-  output is fixed, so once the next tokens are known, any proposed tree can be checked against
-  them (a counterfactual verification that costs no forward pass). A node's value is the
-  product of those rates along its path: the probability that it will be accepted;
+* acceptance: for every draft source, grade of evidence (prompt lookup: the length of the
+  suffix it matched), depth and sibling rank, how often a draft node whose parent was right
+  turned out right too. It learns this from EVERY step, fed or not: greedy output is fixed, so
+  once the next tokens are known, any proposed tree can be checked against them (a
+  counterfactual verification that costs no forward pass). A node's value is the product of
+  those rates along its path: the probability that it will be accepted (siblings from different
+  sources scaled to add up to at most their parent's: only one can be right);
 * cost: t(q) at the current KV length, from a `ladref.cost.CostModel` measured on this machine,
   optionally corrected as decoding goes by the time each step actually took (`timed`): a
   curve measured with bare forward passes at a few KV lengths is a prior, what the steps of
@@ -79,8 +81,10 @@ class Pending:
     """A proposed tree still being checked against the tokens that follow its position."""
 
     tree: DraftTree
-    keys: list[Key]
+    keys: list[Key] | None  # None: a probe, counted in `judged` instead of the rates
     node: int = -1  # the deepest node matched so far (-1: the root)
+    expected: float = 0.0  # a probe's expected accepted draft tokens
+    matched: int = 0  # draft tokens matched so far
 
 
 @dataclass
@@ -111,6 +115,7 @@ class DraftPolicy:
     calibrate: bool = False
     smoothing: float = 0.2
     corrections: dict[int, float] = field(default_factory=dict)  # log(measured / modelled) per width bucket; 0: any
+    judged: list[float] = field(default_factory=lambda: [2.0, 2.0])  # probes: draft tokens expected, matched (+ prior)
 
     def __post_init__(self) -> None:
         a, b = self.prior
@@ -158,18 +163,32 @@ class DraftPolicy:
             alive = True
             for token in tokens:
                 children = item.tree.children.get(item.node, [])
-                for child in children:  # every child was reached; the one spelling `token` was accepted
+                for child in children if item.keys is not None else ():  # every child was reached; one was right
                     right = int(item.tree.tokens[child]) == int(token)
                     self._count(item.keys[child], right)
                     won += right and item.keys[child][0] == self.window_source
                 item.node = next((c for c in children if int(item.tree.tokens[c]) == int(token)), None)
+                item.matched += item.node is not None
                 if item.node is None or not item.tree.children.get(item.node):
                     alive = False
                     break
             if alive:
                 still.append(item)
+            elif item.keys is None:
+                self.judged[0] += item.expected
+                self.judged[1] += item.matched
         self.pending = still
         self.window_value = 0.9 * self.window_value + 0.1 * won
+
+    @property
+    def trust(self) -> float:
+        """Draft tokens matched per draft token expected, over every step's probe (0.2..1.5).
+
+        Each step the draft it would feed (its best draft-only choice) is kept as a probe, fed or
+        not, and checked against the coming tokens like any proposed tree. Rates averaged over
+        contexts, and nodes chosen because their estimates are high, overrate what is chosen;
+        the choice's expected value is scaled by what the probes found."""
+        return min(1.5, max(0.2, self.judged[1] / self.judged[0]))
 
     def _count(self, key: Key, accepted: bool) -> None:
         rate = self.rates.setdefault(key, Rate(*self.prior))
@@ -226,7 +245,8 @@ class DraftPolicy:
                 value[at] = max(float(value[at]), v)
         value = exclusive(tree, value)
         order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
-        gain = [0.0] + value[order].cumsum(0).tolist()
+        expected = [0.0] + value[order].cumsum(0).tolist()
+        gain = [self.trust * e for e in expected]
         best = (-1.0, 0, False)
         for window in ([False, True] if window_cells is not None else [False]):
             base = 1 + (window_cells if window else 0)
@@ -236,4 +256,8 @@ class DraftPolicy:
                 if rate >= best[0]:  # ties go to the wider step: more evidence for the same time
                     best = (rate, b, window)
         rate, b, window = best
+        drafts = range(1, min(len(tree), self.max_width() - 1) + 1)
+        probe = max(drafts, key=lambda k: (1.0 + gain[k]) / self.step_time(1 + k, kv), default=0)
+        if probe:  # what drafting alone would feed: checked against the coming tokens, fed or not
+            self.pending.append(Pending(tree.select(order[:probe]), None, expected=expected[probe]))
         return tree.select(order[:b]), window, rate

@@ -173,3 +173,13 @@ def test_sources_that_disagree_cannot_promise_more_than_one_child():
     node2 = tree.find_path([1, 2])[-1]
     assert float(fixed[node2] / fixed[tree.find_path([1])[-1]]) == pytest.approx(0.5)  # its own rate kept
     assert torch.equal(exclusive(tree, value * 0.3), value * 0.3)  # consistent values stay as they are
+
+
+def test_probes_scale_down_drafts_that_deliver_less_than_promised():
+    policy, tree = DraftPolicy(CPU, prior=(9.0, 10.0)), DraftTree.from_paths([[1, 2, 3]], "s")  # every node believed 90% likely
+    assert policy.trust == 1.0 and len(policy.choose([tree], kv=0)[0]) == 3  # 1 + 2.4 expected tokens for t(4) = 2 t(1)
+    for _ in range(10):
+        policy.observe([9])  # the draft it would feed is never right: each step's probe finds 0 of about 2.4 tokens
+        policy.choose([tree], kv=0)
+    assert policy.trust == 0.2 and len(policy.choose([tree], kv=0)[0]) == 0  # a greedy step
+    assert policy.judged[1] == 2.0 and policy.judged[0] > 20  # the prior, plus what the probes expected

@@ -409,12 +409,15 @@ def test_context_study_on_a_tiny_model(tmp_path):
 
 
 def test_tree_decoder_rows_match_greedy_and_are_charged_for_every_logit():
-    settings = BenchSettings(("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive"),
+    settings = BenchSettings(("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive", "draft_all"),
                              LookaheadConfig(3, 3, 3), lookup_tokens=4, max_new_tokens=16)
     records = run_bench(tiny_model("llama", 8, 1), PROMPTS * 2, settings)
-    assert {r.method for r in records} == {"greedy", "prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive"}
+    assert {r.method for r in records} == {"greedy", "prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive",
+                                           "draft_all"}
     assert all(r.match for r in records)
     by = {(r.prompt_id, r.method): r for r in records}
     for p in ("0", "1", "2", "3"):  # a q-token tree step reads q logits: at least greedy's FLOPs per step
         assert by[(p, "recycling")].flops >= by[(p, "recycling")].steps * by[(p, "greedy")].flops / by[(p, "greedy")].steps * 0.5
     assert by[("2", "recycling_warm")].steps <= by[("2", "recycling")].steps  # the warm matrix knows prompt 0's text
+    for p in ("0", "1", "2", "3"):  # every source fed in full: at least as far per step as Token Recycling alone, mostly
+        assert by[(p, "draft_all")].steps <= by[(p, "recycling")].steps + 2

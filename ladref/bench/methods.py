@@ -9,7 +9,9 @@
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
   matrix kept across the benchmark's prompts, the paper's warm start), ``adaptive`` (the draft
-  policy on the cost curve measured in its set-up): the tree decoders of `ladref`;
+  policy on the cost curve measured in its set-up), ``draft_all`` (`ladref.draft_decode` with
+  adaptive decoding's sources, prompt lookup + lookahead 7/4/7 + Token Recycling, all fed every
+  step: the tokens per step of every source together): the tree decoders of `ladref`;
 * ``generate``, ``generate_static``, ``hf_plookup``: transformers' ``generate()`` greedy, with a
   static cache (which transformers compiles itself on CUDA), and transformers' prompt lookup
   (`ladref.bench.hf`), run with transformers' own attention dispatch. ``plookup`` is accepted as
@@ -26,9 +28,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptive import AdaptiveDecoder, kv_lengths_for
+from ..adaptive import AdaptiveDecoder, default_proposers, kv_lengths_for
 from ..compiled import CompiledDecoder, resolve_mode
 from ..config import LookaheadConfig
+from ..decode import draft_decode
 from ..cost import CostCache
 from ..greedy import greedy_decode
 from ..jacobi import jacobi_decode
@@ -40,7 +43,7 @@ from ..static import DEFAULT_WIDTHS, StaticRunner
 from .hf import generate_decode, hf_prompt_lookup_decode
 
 METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
-           "recycling", "recycling_warm", "adaptive", "compiled_greedy", "compiled_lookahead", "compiled_adaptive")
+           "recycling", "recycling_warm", "adaptive", "draft_all", "compiled_greedy", "compiled_lookahead", "compiled_adaptive")
 METHOD_ALIASES = {"plookup": "hf_plookup"}
 """Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
@@ -139,6 +142,8 @@ def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend:
                                                      attention_backend=backend)
     elif method == "recycling":
         run = lambda m, ids, n: recycling_decode(m, ids, n, attention_backend=backend)  # noqa: E731
+    elif method == "draft_all":
+        run = lambda m, ids, n: draft_decode(m, ids, n, proposers=default_proposers(m), attention_backend=backend)  # noqa: E731
     elif method == "recycling_warm":
         warm = RecyclingProposer.for_model(model, warm=True)
         run = lambda m, ids, n: recycling_decode(m, ids, n, proposer=warm, attention_backend=backend)  # noqa: E731
@@ -174,7 +179,7 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
             for c in configs:
                 run = lambda m, ids, n, c=c: lookahead_decode(m, ids, n, config=c, attention_backend=backend)  # noqa: E731
                 rows.append(BenchMethod(f"lookahead {config_label(c)}", "lookahead", c, run, _first_call(run)))
-        elif method in ("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive"):
+        elif method in ("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive", "draft_all"):
             rows.append(_tree_rows(method, model, lookup_tokens, backend, cache))
         elif method == "compiled_greedy":
             rows.append(_compiled(model, None, max_length, compile_mode, backend))
