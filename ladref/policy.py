@@ -18,11 +18,12 @@ step's time. `DraftPolicy` keeps both sides:
 Each step it feeds the b most valuable nodes (a tree: a child is never worth more than its
 parent) and, optionally, the lookahead window, choosing b and the window to maximise
 
-    (1 + sum of the fed nodes' values + window value) / t(q),    q = 1 + window cells + b,
+    (1 + trust x sum of the fed nodes' values + window value) / t(q),    q = 1 + window cells + b,
 
-expected tokens per second. On a flat (launch-bound GPU) curve every node adds value at no cost,
-so it feeds everything; on a CPU curve whose step cost doubles from q = 1 to q = 2 it drafts only
-when about one more token is expected.
+expected tokens per second, `trust` being what each step's probe (the draft it would feed,
+fed or not) delivered against what it expected. On a flat (launch-bound GPU) curve every node
+adds value at no cost, so it feeds everything; on a CPU curve whose step cost doubles from
+q = 1 to q = 2 it drafts only when about one more token is expected.
 """
 
 from __future__ import annotations
