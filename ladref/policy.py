@@ -206,18 +206,19 @@ class DraftPolicy:
     def step_time(self, q: int, kv: int) -> float:
         """t of a step of q tokens: padded to the next compiled width when widths are set, times
         the correction learned from timed steps of its bucket (of any bucket until it has one)."""
-        padded = self.bucket(q) if self.widths is not None else q
-        correction = self.corrections.get(self.bucket(q), self.corrections.get(0, 0.0))
-        return self.cost.time(padded, kv) * math.exp(correction)
+        bucket = self.bucket(q)
+        correction = self.corrections.get(bucket, self.corrections.get(0, 0.0))
+        return self.cost.time(bucket if self.widths is not None else q, kv) * math.exp(correction)
 
     def timed(self, q: int, kv: int, seconds: float) -> None:
         """A step of q tokens over kv cached ones took `seconds`, all of it (proposing, choosing,
         the forward pass, verifying): move the corrections of its bucket and of all toward it."""
         if not self.calibrate or not seconds > 0:
             return
-        padded = self.bucket(q) if self.widths is not None else q
-        error = max(-1.0, min(1.0, math.log(seconds / self.cost.time(padded, kv))))  # one odd step moves little
-        for key in (self.bucket(q), 0):
+        bucket = self.bucket(q)
+        modelled = self.cost.time(bucket if self.widths is not None else q, kv)
+        error = max(-1.0, min(1.0, math.log(seconds / modelled)))  # one odd step moves little
+        for key in (bucket, 0):
             old = self.corrections.get(key)
             self.corrections[key] = error if old is None else old + self.smoothing * (error - old)
 
@@ -248,7 +249,7 @@ class DraftPolicy:
         order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
         expected = [0.0] + value[order].cumsum(0).tolist()
         gain = [self.trust * e for e in expected]
-        best = (-1.0, 0, False)
+        best, probe = (-1.0, 0, False), (-1.0, 0)  # probe: the best draft-only step (no window, b >= 1)
         for window in ([False, True] if window_cells is not None else [False]):
             base = 1 + (window_cells if window else 0)
             bonus = max(self.window_value, self.window_bonus) if window else 0.0
@@ -256,9 +257,9 @@ class DraftPolicy:
                 rate = (1.0 + gain[b] + bonus) / self.step_time(base + b, kv)
                 if rate >= best[0]:  # ties go to the wider step: more evidence for the same time
                     best = (rate, b, window)
+                if not window and b and rate > probe[0]:
+                    probe = (rate, b)
         rate, b, window = best
-        drafts = range(1, min(len(tree), self.max_width() - 1) + 1)
-        probe = max(drafts, key=lambda k: (1.0 + gain[k]) / self.step_time(1 + k, kv), default=0)
-        if probe:  # what drafting alone would feed: checked against the coming tokens, fed or not
-            self.pending.append(Pending(tree.select(order[:probe]), None, expected=expected[probe]))
+        if probe[1]:  # what drafting alone would feed: checked against the coming tokens, fed or not
+            self.pending.append(Pending(tree.select(order[: probe[1]]), None, expected=expected[probe[1]]))
         return tree.select(order[:b]), window, rate
