@@ -23,7 +23,7 @@ lookup baseline) lives in `ladref.bench`; the core never imports it.
 """
 
 from .adaptive import AdaptiveDecoder, adaptive_decode
-from .compiled import CompiledDecoder
+from .compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from .config import LookaheadConfig
 from .cost import CostCache, CostModel
 from .decode import draft_decode
@@ -42,6 +42,7 @@ from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 __all__ = [
     "AdaptiveDecoder",
+    "CompiledAdaptiveDecoder",
     "CompiledDecoder",
     "CostCache",
     "CostModel",

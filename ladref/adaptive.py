@@ -41,12 +41,15 @@ def default_proposers(model: torch.nn.Module, window: LookaheadConfig | None = D
     return sources + [RecyclingProposer(vocab_size(model))]
 
 
-def kv_lengths_for(model: torch.nn.Module) -> tuple[int, ...]:
-    """The default KV lengths to measure at that fit the model's context (with the widest step)."""
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if limit is None:
+def kv_lengths_for(model: torch.nn.Module, runner: Runner | None = None) -> tuple[int, ...]:
+    """The default KV lengths to measure at that fit the model's context and the runner's static
+    cache, if it has one (with the widest step)."""
+    limits = [getattr(model.config.get_text_config(), "max_position_embeddings", None), getattr(runner, "max_length", None)]
+    limits = [limit for limit in limits if limit is not None]
+    if not limits:
         return DEFAULT_KV_LENGTHS
-    room = limit - max(default_widths(next(model.parameters()).device)) - 8
+    widest = getattr(runner, "step_width", None) or max(default_widths(next(model.parameters()).device))
+    room = min(limits) - widest - 8
     return tuple(kv for kv in DEFAULT_KV_LENGTHS if kv <= room) or (max(room // 2, 1),)
 
 
@@ -120,10 +123,11 @@ class AdaptiveDecoder:
         self.model, self.runner, self.attention_backend = model, runner, attention_backend
         self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
         self.calibrate = cost is None if calibrate is None else bool(calibrate)
-        if cost is None:
-            cost = (cache or CostCache()).get(model, runner, kv_lengths=kv_lengths_for(model), attention_backend=attention_backend)
-        self.cost, self.keep_learning = cost, keep_learning
         self.widths = getattr(runner, "widths", None)
+        if cost is None:  # measured at the runner's widths when it has them (the only ones it can take)
+            cost = (cache or CostCache()).get(model, runner, widths=self.widths, kv_lengths=kv_lengths_for(model, runner),
+                                                attention_backend=attention_backend)
+        self.cost, self.keep_learning = cost, keep_learning
         self.policy = DraftPolicy(cost, self.widths, calibrate=self.calibrate)
 
     def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, *, eos_token_id: EosIds = None,

@@ -286,8 +286,8 @@ def describe(model: torch.nn.Module, runner) -> str:
     details = []
     if hasattr(runner, "kernels"):
         details.append("sdpa=" + ("+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default"))
-    if hasattr(runner, "compile_mode"):
-        details.append(f"compile_mode={runner.compile_mode}")
+    if hasattr(runner, "compile_mode"):  # a static runner: every step attends over all max_length slots
+        details += [f"compile_mode={runner.compile_mode}", f"max_length={runner.max_length}"]
     kind, dtype = f"{type(runner).__name__}({', '.join(details)})", str(param.dtype).removeprefix("torch.")
     return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {param.device} {dtype}{threads}, {kind}"
 

@@ -3,8 +3,10 @@
 * ``greedy``, ``jacobi``, ``lookahead``: ladref's eager decoders (one row per lookahead config);
 * ``compiled_greedy``, ``compiled_lookahead``: `ladref.CompiledDecoder`, constant-shape steps
   over a static cache, compiled once (CUDA graphs on CUDA, frozen max-autotune Inductor on a
-  CPU); ``compiled_adaptive``: `ladref.AdaptiveDecoder` over a `ladref.static.StaticRunner`
-  of the widths 1, 2, 4, ..., 64, each compiled once, its cost curve measured through it;
+  CPU); ``compiled_adaptive``: `ladref.CompiledAdaptiveDecoder`, adaptive decoding over static
+  runners of the widths 1, 2, 4, ..., 64, each compiled once, each runner's cost curve measured
+  through it. Every compiled row keeps a static cache of `SHORT_CACHE` slots for the prompts that
+  fit in it and one sized for the longest prompt (a compiled step attends over all its slots);
 * ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
@@ -28,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptive import AdaptiveDecoder, default_proposers, kv_lengths_for
-from ..compiled import CompiledDecoder, resolve_mode
+from ..adaptive import AdaptiveDecoder, default_proposers
+from ..compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from ..config import LookaheadConfig
 from ..decode import draft_decode
 from ..cost import CostCache
@@ -39,7 +41,7 @@ from ..lookahead import lookahead_decode
 from ..prompt_lookup import prompt_lookup_decode
 from ..recycling import RecyclingProposer, recycling_decode
 from ..results import DecodeResult
-from ..static import DEFAULT_WIDTHS, StaticRunner
+from ..static import DEFAULT_WIDTHS
 from .hf import generate_decode, hf_prompt_lookup_decode
 
 METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
@@ -47,6 +49,8 @@ METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "loo
 METHOD_ALIASES = {"plookup": "hf_plookup"}
 """Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
+SHORT_CACHE = 512
+"""Slots of the compiled rows' short static cache (most Spec-Bench prompts fit in it with 128 new tokens)."""
 
 
 def config_label(config: LookaheadConfig) -> str:
@@ -111,26 +115,34 @@ def _longest_call(run: Decoder) -> Callable:
     return warm
 
 
+def cache_lengths(max_length: int) -> tuple[int, ...]:
+    """The compiled rows' static cache lengths: `SHORT_CACHE` and `max_length` (the longest call), or one."""
+    return (SHORT_CACHE, max_length) if max_length > SHORT_CACHE else (max_length,)
+
+
 def _compiled(model, config, max_length, mode, backend) -> BenchMethod:
-    decoder = CompiledDecoder(model, config, max_length=max_length, mode=mode, attention_backend=backend)
+    """A compiled greedy or lookahead row: one decoder per cache length; a call uses the shortest that fits."""
+    decoders = [CompiledDecoder(model, config, max_length=m, mode=mode, attention_backend=backend)
+                for m in cache_lengths(max_length)]
     label = "compiled_greedy" if config is None else f"compiled_lookahead {config_label(config)}"
     kind = "greedy" if config is None else "lookahead"
-    return BenchMethod(label, kind, config, lambda m, ids, n: decoder(ids, n), lambda m, prompts, n: decoder.warmup())
+
+    def run(m, ids, n):
+        return next((d for d in decoders if d.fits(ids.numel(), n)), decoders[-1])(ids, n)
+
+    return BenchMethod(label, kind, config, run, lambda m, prompts, n: [d.warmup() for d in decoders])
 
 
 def _compiled_adaptive(model, max_length, mode, backend, cache: CostCache) -> BenchMethod:
-    """Adaptive decoding over one static runner of fixed widths; compiling them is its set-up."""
-    mode = resolve_mode(mode, next(model.parameters()).device)  # None stays None: eager static steps
-    slots = max(max_length, max(kv_lengths_for(model)) + 2 * DEFAULT_WIDTHS[-1]) + DEFAULT_WIDTHS[-1]  # the cost curve fits too
-    runner = StaticRunner(model, slots, backend, compile_mode=mode, widths=DEFAULT_WIDTHS)
-    decoders: list[AdaptiveDecoder] = []
+    """Adaptive decoding over static runners of fixed widths; compiling them is its set-up."""
+    lengths = cache_lengths(max_length + DEFAULT_WIDTHS[-1])  # room for the widest step
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=lengths, mode=mode, cache=cache, attention_backend=backend)
 
     def setup(m, prompts, n):
-        runner.compile()  # every width, before the cost curve is measured through them
-        decoders.append(AdaptiveDecoder(m, cache=cache, runner=runner, attention_backend=backend))
-        decoders[0](prompts[0], min(8, n))
+        decoder.warmup()
+        decoder(prompts[0], min(8, n))
 
-    return BenchMethod("compiled_adaptive", "tree", None, lambda m, ids, n: decoders[0](ids, n), setup)
+    return BenchMethod("compiled_adaptive", "tree", None, lambda m, ids, n: decoder(ids, n), setup)
 
 
 def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend: str, cache: CostCache) -> BenchMethod:
