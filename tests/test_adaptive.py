@@ -183,3 +183,35 @@ def test_probes_scale_down_drafts_that_deliver_less_than_promised():
         policy.choose([tree], kv=0)
     assert policy.trust == 0.2 and len(policy.choose([tree], kv=0)[0]) == 0  # a greedy step
     assert policy.judged[1] == 2.0 and policy.judged[0] > 20  # the prior, plus what the probes expected
+
+
+def test_compiled_adaptive_decoder_takes_the_shortest_cache_that_fits():
+    """One static runner per cache length (here not compiled: the same padded steps); each call
+    runs over the shortest that holds prompt + new tokens + the widest step, exactly greedy."""
+    from ladref import CompiledAdaptiveDecoder
+
+    model = tiny_model("llama", 16, 0)
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=(96, 48), widths=(1, 4, 8), mode=None, cache=None)
+    assert [r.max_length for r in decoder.runners] == [48, 96] and decoder.capture_s is None
+    for prompt, expect in (([1, 2, 3, 1, 2], 48), ([1, 2, 3, 4] * 10, 96)):
+        assert decoder.decoder_for(len(prompt), 24).runner.max_length == expect
+        result = decoder(prompt, 24, eos_token_id=[])
+        assert result.token_ids == hf_greedy(model, prompt, 24) and result.method == "adaptive"
+    assert decoder.capture_s is not None and all(d.cost.label.endswith(f"max_length={d.runner.max_length})")
+                                                 for d in decoder.decoders)
+    with pytest.raises(ValueError, match="exceeds the longest static cache"):
+        decoder([1] * 80, 24)
+
+
+def test_compiled_adaptive_decoder_bad_input():
+    from ladref import CompiledAdaptiveDecoder
+
+    model = tiny_model("llama", 16, 0)
+    with pytest.raises(TypeError, match="max_lengths"):
+        CompiledAdaptiveDecoder(model, max_lengths=[])
+    with pytest.raises(ValueError, match="max_lengths"):
+        CompiledAdaptiveDecoder(model, max_lengths=(64, 1))
+    with pytest.raises(ValueError, match="does not fit"):
+        CompiledAdaptiveDecoder(model, max_lengths=(32, 256), widths=(1, 64), mode=None)
+    with pytest.raises(ValueError, match="unknown compile mode"):
+        CompiledAdaptiveDecoder(model, max_lengths=64, mode="fastest")

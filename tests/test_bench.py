@@ -143,6 +143,13 @@ def test_compiled_adaptive_row_runs_on_fixed_widths_and_matches_greedy():
     assert sorted(r.prompt_id for r in records if r.method == "compiled_adaptive") == ["0", "1"]
 
 
+def test_compiled_rows_keep_a_short_cache_besides_the_longest_prompts():
+    from ladref.bench.methods import SHORT_CACHE, cache_lengths
+
+    assert cache_lengths(1404) == (SHORT_CACHE, 1404) and cache_lengths(SHORT_CACHE) == (SHORT_CACHE,)
+    assert cache_lengths(100) == (100,)  # every prompt fits a cache shorter than the short one
+
+
 def test_settings_validation_and_method_names():
     assert BenchSettings(("plookup", "greedy", "hf_plookup")).methods == ("greedy", "hf_plookup")
     with pytest.raises(ValueError, match=r"unknown method 'beam'; choose from greedy, .*\(aliases: plookup = hf_plookup\)"):
