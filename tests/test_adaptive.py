@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, vocab_sizes
 
-from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, lookahead_decode
+from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, greedy_decode, lookahead_decode
 from ladref.adaptive import AdaptiveDecoder, adaptive_decode
 from ladref.cost import CostModel
 from ladref.policy import DraftPolicy
@@ -201,6 +201,20 @@ def test_compiled_adaptive_decoder_takes_the_shortest_cache_that_fits():
                                                  for d in decoder.decoders)
     with pytest.raises(ValueError, match="exceeds the longest static cache"):
         decoder([1] * 80, 24)
+
+
+@given(architectures, vocab_sizes, seeds, st.data(), st.integers(1, 40))
+def test_compiled_adaptive_output_is_greedy(arch, vocab, seed, data, max_new_tokens):
+    """Over either of two caches (not compiled: the same padded steps), float64: greedy_decode's and generate()'s tokens."""
+    from ladref import CompiledAdaptiveDecoder
+
+    model = tiny_model(arch, vocab, seed)
+    prompt = data.draw(prompts(vocab))
+    eos = data.draw(st.none() | st.integers(0, vocab - 1))
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=(32, 64), widths=(1, 4, 8), mode=None)
+    result = decoder(prompt, max_new_tokens, eos_token_id=[] if eos is None else eos)
+    assert result.token_ids == hf_greedy(model, prompt, max_new_tokens, eos)
+    assert result.token_ids == greedy_decode(model, prompt, max_new_tokens, eos_token_id=[] if eos is None else eos).token_ids
 
 
 def test_compiled_adaptive_decoder_bad_input():

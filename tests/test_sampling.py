@@ -243,3 +243,47 @@ def test_tree_sampling_test_rejects_a_wrong_accept_rule(source):
     prompt, proposer = DRAFT_SOURCES[source]
     counts, _ = _sampled_with(prompt, proposer, lambda: NoRenormalisation(warp, generator), 600)
     assert chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp)) < ALPHA
+
+
+def _sampled_adaptively(static: bool, chooser_factory, draws: int, k: int = 2) -> tuple[torch.Tensor, int]:
+    """Joint counts of k-token samples through adaptive decoding's loop, and the drafted tokens accepted.
+
+    A flat cost curve makes the policy feed every proposed node. ``static``: through a
+    `StaticRunner` of a few widths, the runner `ladref.CompiledAdaptiveDecoder` compiles (here
+    not compiled: the same padded steps), one runner for all draws as there."""
+    from ladref.adaptive import run_adaptive
+    from ladref.call import TokenSink
+    from ladref.cost import CostModel
+    from ladref.policy import DraftPolicy
+    from ladref.results import DecodeStats
+    from ladref.runner import ModelRunner
+    from ladref.static import StaticRunner
+
+    model, (prompt, lookup), samples, accepted = peaky_model(), DRAFT_SOURCES["prompt_lookup"], [], 0
+    proposers = [lookup(), DRAFT_SOURCES["recycling"][1]()]
+    runner = StaticRunner(model, 48, widths=(1, 4, 16, 32)) if static else None
+    policy, chooser = DraftPolicy(CostModel.flat(64), getattr(runner, "widths", None)), chooser_factory()
+    for _ in range(draws):
+        sink, stats = TokenSink(k, frozenset()), DecodeStats()
+        run_adaptive(runner or ModelRunner(model), torch.tensor(prompt), proposers, policy, sink, stats, chooser)
+        samples.append(sink.tokens)
+        accepted += stats.new_tokens - stats.steps
+    return joint_counts(samples, 8, k), accepted
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static_runner"])
+def test_adaptive_sampling_matches_exact_distribution(static):
+    generator, warp = torch.Generator().manual_seed(21), Warp(temperature=0.8)
+    counts, accepted = _sampled_adaptively(static, lambda: SamplingChooser(warp, generator), 600)
+    assert accepted > 100  # drafts were fed and accepted: the tree walk was exercised
+    prompt = DRAFT_SOURCES["prompt_lookup"][0]
+    p = chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp))
+    assert p > ALPHA, f"adaptive samples deviate from the exact distribution (p = {p:.2e})"
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static_runner"])
+def test_adaptive_sampling_test_rejects_a_wrong_accept_rule(static):
+    generator, warp = torch.Generator().manual_seed(21), Warp(temperature=0.8)
+    counts, _ = _sampled_adaptively(static, lambda: NoRenormalisation(warp, generator), 600)
+    prompt = DRAFT_SOURCES["prompt_lookup"][0]
+    assert chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp)) < ALPHA
