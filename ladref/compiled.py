@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 
 from .adaptive import AdaptiveDecoder
-from .call import DecodeCall
+from .call import DecodeCall, prompt_ids
 from .config import LookaheadConfig, check_int
 from .cost import CostCache
 from .greedy import run_greedy
@@ -232,5 +232,5 @@ class CompiledAdaptiveDecoder:
         The first call runs `warmup` first; its cost is in `capture_s`, not in ``stats.wall_time_s``.
         Returns a `DecodeResult` with method "adaptive"; greedy output identical to `greedy_decode`.
         """
-        prompt_tokens = torch.as_tensor(input_ids).reshape(-1).numel()
-        return self.decoder_for(prompt_tokens, max_new_tokens)(input_ids, max_new_tokens, **kwargs)
+        prompt = prompt_ids(self.model, input_ids)  # checked here: its length picks the cache
+        return self.decoder_for(prompt.shape[0], max_new_tokens)(prompt, max_new_tokens, **kwargs)

@@ -229,3 +229,5 @@ def test_compiled_adaptive_decoder_bad_input():
         CompiledAdaptiveDecoder(model, max_lengths=(32, 256), widths=(1, 64), mode=None)
     with pytest.raises(ValueError, match="unknown compile mode"):
         CompiledAdaptiveDecoder(model, max_lengths=64, mode="fastest")
+    with pytest.raises(TypeError, match="input_ids must be a list of ints"):  # checked before its length picks a cache
+        CompiledAdaptiveDecoder(model, max_lengths=64, widths=(1, 4), mode=None)("abc", 4)
