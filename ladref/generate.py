@@ -28,12 +28,13 @@ from .call import DecodeCall, streamer_callback
 from .config import LookaheadConfig
 from .kernels import check_attention_backend
 from .lookahead import LookaheadProposer
+from .runner import CACHE_ARGS
 from .sampling import GreedyChooser, SamplingChooser, Warp, check_generator
 from .step import run_drafting
 from .types import Streamer
 
 # model kwargs generate() prepares that ladref replaces with its own (mask, positions, cache)
-IGNORED_KWARGS = frozenset({"attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep", "cache_position"})
+IGNORED_KWARGS = frozenset({"attention_mask", "position_ids", *CACHE_ARGS, "use_cache", "logits_to_keep", "cache_position"})
 UNSUPPORTED_OUTPUTS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
 
 
@@ -92,9 +93,9 @@ def check_generate_call(generation_config: object, synced_gpus: bool, model_kwar
     mask = model_kwargs.get("attention_mask")
     if mask is not None and not bool((mask == 1).all()):
         raise ValueError("attention_mask has padding (zeros); ladref decodes one unpadded prompt per call")
-    cache = model_kwargs.get("past_key_values")
-    if cache is not None and hasattr(cache, "get_seq_length") and cache.get_seq_length() > 0:
-        raise ValueError("a pre-filled past_key_values cannot be continued; ladref builds its own cache per call")
+    caches = [model_kwargs.get(name) for name in CACHE_ARGS]
+    if any(cache is not None and hasattr(cache, "get_seq_length") and cache.get_seq_length() > 0 for cache in caches):
+        raise ValueError("a pre-filled KV cache (past_key_values) cannot be continued; ladref builds its own cache per call")
     extra = sorted(k for k, v in model_kwargs.items() if k not in IGNORED_KWARGS and v is not None)
     if extra:
         raise ValueError(f"model inputs {extra} are not supported by ladref's custom_generate (text-only decoder models)")

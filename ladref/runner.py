@@ -9,6 +9,7 @@ runners.
 Facts this module relies on (transformers 5.x):
   * a 4-D float mask of shape (1, 1, q, past + q) is passed to attention as-is; a *bool* 4-D mask
     is silently misread by eager attention, so we always send 0 / finfo.min floats;
+  * forward() takes the KV cache as `cache` (5.24 on) or `past_key_values` (before): `cache_arg`;
   * `DynamicCache` layers hold `keys` / `values` tensors of shape (B, H_kv, T, D);
   * `logits_to_keep` accepts a 1-D tensor of positions on the common decoder-only models;
   * a `StaticCache` layer writes a step at its `cumulative_length` counter, and marks its
@@ -33,7 +34,15 @@ from .results import DecodeStats
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # forward() arguments a step needs: the custom mask, explicit positions and a rollable KV cache
-FORWARD_ARGS = ("attention_mask", "position_ids", "past_key_values")
+FORWARD_ARGS = ("attention_mask", "position_ids")
+# the KV cache argument's name: `cache` from transformers 5.24 on, `past_key_values` before
+CACHE_ARGS = ("cache", "past_key_values")
+
+
+def cache_arg(model: torch.nn.Module) -> str | None:
+    """The name `model.forward` takes its KV cache under (`cache` or `past_key_values`), or None."""
+    params = inspect.signature(model.forward).parameters
+    return next((name for name in CACHE_ARGS if name in params), None)
 
 
 def check_model(model: object) -> None:
@@ -50,7 +59,7 @@ def check_model(model: object) -> None:
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(f"{name} is an encoder-decoder model; ladref decodes decoder-only causal LMs")
     params = inspect.signature(model.forward).parameters
-    missing = [arg for arg in FORWARD_ARGS if arg not in params]
+    missing = [arg for arg in FORWARD_ARGS if arg not in params] + ([] if cache_arg(model) else ["past_key_values"])
     if missing:
         raise ValueError(
             f"{name} (model_type {getattr(config, 'model_type', '?')!r}) is not an attention model with a KV cache: "
@@ -95,6 +104,7 @@ class ModelRunner:
         self.device, self.dtype = param.device, param.dtype
         self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._cache_arg = cache_arg(model) or "past_key_values"
 
     @property
     def past_len(self) -> int:
@@ -166,8 +176,8 @@ class ModelRunner:
             out = self.model(
                 input_ids=input_ids.to(self.device)[None],
                 position_ids=position_ids.to(self.device)[None],
-                past_key_values=self.cache,
                 use_cache=True,
+                **{self._cache_arg: self.cache},
                 **kwargs,
             )
         logits = out.logits[0]
@@ -257,8 +267,10 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
         (q, V) logits in the model's dtype, or (1, V) with `last_only`.
     """
     kwargs = {"logits_to_keep": 1} if last_only and "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask,
-                past_key_values=cache, cache_position=cache_position, use_cache=True, **kwargs)
+    kwargs[cache_arg(model) or "past_key_values"] = cache
+    if "cache_position" in inspect.signature(model.forward).parameters:  # gone from transformers 5.24 on
+        kwargs["cache_position"] = cache_position
+    out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask, use_cache=True, **kwargs)
     return out.logits[0, -1:] if last_only else out.logits[0]
 
 

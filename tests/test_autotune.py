@@ -48,7 +48,7 @@ def test_every_timed_pass_has_a_shape_decoding_has_not_warmed():
     model = tiny_model("llama", 8, 1)
     shapes = []
     handle = model.register_forward_pre_hook(
-        lambda m, args, kw: shapes.append((kw["input_ids"].shape[-1], kw["past_key_values"].get_seq_length())), with_kwargs=True)
+        lambda m, args, kw: shapes.append((kw["input_ids"].shape[-1], kw.get("cache", kw.get("past_key_values")).get_seq_length())), with_kwargs=True)
     try:
         measure_forward_cost(model, (1, 4, 8), context=20, repeats=3)
     finally:

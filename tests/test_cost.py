@@ -26,7 +26,7 @@ def count_passes(model):
     """A list that grows by one (q, past) per forward pass of `model`, and the hook's handle."""
     shapes = []
     handle = model.register_forward_pre_hook(
-        lambda m, args, kw: shapes.append((kw["input_ids"].shape[-1], kw["past_key_values"].get_seq_length())), with_kwargs=True)
+        lambda m, args, kw: shapes.append((kw["input_ids"].shape[-1], kw.get("cache", kw.get("past_key_values")).get_seq_length())), with_kwargs=True)
     return shapes, handle
 
 

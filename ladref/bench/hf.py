@@ -28,7 +28,7 @@ from ..call import DecodeCall, streamer_callback
 from ..config import check_int
 from ..kernels import attention_scope, sdpa_backends
 from ..results import DecodeResult, DecodeStats
-from ..runner import check_model
+from ..runner import CACHE_ARGS, check_model
 from ..types import EosIds, Streamer, TokenIds, Tokenizer
 
 
@@ -42,7 +42,7 @@ class _CallRecorder:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             raise ValueError("generate(): could not read the input ids of a forward call")
-        cache = kwargs.get("past_key_values")
+        cache = next((kwargs[name] for name in CACHE_ARGS if kwargs.get(name) is not None), None)
         past = int(cache.get_seq_length()) if cache is not None else 0
         self.calls.append((past, int(ids.shape[-1])))
 
