@@ -266,9 +266,10 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
     Returns:
         (q, V) logits in the model's dtype, or (1, V) with `last_only`.
     """
-    kwargs = {"logits_to_keep": 1} if last_only and "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    kwargs[cache_arg(model) or "past_key_values"] = cache
-    if "cache_position" in inspect.signature(model.forward).parameters:  # gone from transformers 5.24 on
+    params = inspect.signature(model.forward).parameters
+    kwargs = {"logits_to_keep": 1} if last_only and "logits_to_keep" in params else {}
+    kwargs[next((name for name in CACHE_ARGS if name in params), "past_key_values")] = cache
+    if "cache_position" in params:  # gone from transformers 5.24 on
         kwargs["cache_position"] = cache_position
     out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask, use_cache=True, **kwargs)
     return out.logits[0, -1:] if last_only else out.logits[0]

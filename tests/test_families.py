@@ -39,7 +39,7 @@ class CountForwards:
 @pytest.mark.parametrize(
     "family, message",
     [
-        ("mamba", "is not an attention model with a KV cache: its forward\\(\\) lacks position_ids"),
+        ("mamba", "is not an attention model with a KV cache: its forward\\(\\) lacks position_ids(, past_key_values)?; recurrent"),
         ("gemma2", "has DynamicSlidingWindowLayer cache layers"),
         ("mistral_sliding", "has DynamicSlidingWindowLayer cache layers"),
         ("flash_attention_2", "attention implementation 'flash_attention_2' cannot take ladref's custom 4-D attention mask"),
