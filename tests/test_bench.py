@@ -193,6 +193,21 @@ def test_command_line_names_and_defaults(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_demo_verdict_follows_the_measured_ratio_not_the_prediction():
+    from ladref.bench.demo import verdict
+    from ladref.cost import CostModel
+    from ladref.results import DecodeResult, DecodeStats
+
+    stats = DecodeStats()
+    for _ in range(2):
+        stats.record(3, 8)  # S = 3 with 8-token steps, t(8) = 2.2 t(1): about 1.36x predicted
+    result, cost = DecodeResult([0] * 6, None, stats, "lookahead"), CostModel.from_ratios({1: 1.0, 2: 2.1, 8: 2.2})
+    model = tiny_model("llama", 16, 0)
+    slow, fast = verdict(model, result, cost, 0.96), verdict(model, result, cost, 1.2)
+    assert "expect about 1.36x" in slow and "Measured: 0.96x" in slow and "slower than greedy decoding" in slow
+    assert "expect about 1.36x" in fast and "Measured: 1.20x" in fast and "pays off" in fast
+
+
 @pytest.mark.parametrize("arch,vocab,seed", [("llama", 8, 1), ("gpt2", 16, 2)])
 def test_prompt_lookup_matches_greedy_and_counts_steps(arch, vocab, seed):
     model, prompt = tiny_model(arch, vocab, seed), [1, 2, 3, 1, 2, 3, 1, 2]

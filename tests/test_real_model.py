@@ -66,3 +66,4 @@ def test_demo_command(capsys):
     assert "identical to greedy decoding: yes" in out and "compression S = " in out
     assert "tokens accepted per lookahead step:" in out and "FLOPs: lookahead computed" in out
     assert "one-token steps" in out and "on a GPU" in out  # what the measured time ratio means here and there
+    assert "Measured: " in out  # the verdict follows the measured ratio

@@ -66,17 +66,18 @@ def gpu_expectation(config: LookaheadConfig) -> str:
             "(benchmarks/run_gpu.sh makes them)")
 
 
-def verdict(model, result: DecodeResult, cost: CostModel) -> str:
-    """What the time ratio means here: S against the cost of a wide step in narrow steps."""
+def verdict(model, result: DecodeResult, cost: CostModel, measured: float) -> str:
+    """What the time ratio means here: S against the cost of a wide step in narrow steps, then
+    what was `measured` (lookahead's speed over greedy's), which decides the last sentence."""
     q = min(round(result.stats.mean_forward_tokens), cost.max_width)
     ratio, s = cost.relative(q), result.stats.compression
     expect = s / ratio
     line = (f"on this {model.device.type.upper()}: a {q}-token step costs {ratio:.1f} one-token steps "
             f"(t({q}) = {1e3 * cost.time(q):.0f} ms, t(1) = {1e3 * cost.time(1):.0f} ms), so lookahead wins only where "
             f"S > {ratio:.1f}; with S = {s:.2f} expect about {expect:.2f}x.")
-    if expect < 1:
-        return line + " Here fixed-width lookahead is slower than greedy decoding."
-    return line + " Here lookahead decoding pays off."
+    if measured < 1:
+        return line + f" Measured: {measured:.2f}x, so here fixed-width lookahead is slower than greedy decoding."
+    return line + f" Measured: {measured:.2f}x, so here lookahead decoding pays off."
 
 
 def adaptive_reasons(decoder: AdaptiveDecoder, result: DecodeResult) -> str:
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"compression S = {s.compression:.2f} tokens per step: {s.steps} steps instead of greedy's {g.steps}")
     print(f"FLOPs: lookahead computed {flops:.1f}x greedy's FLOPs for the same tokens ({s.mean_forward_tokens:.1f} tokens per step)")
     print(f"time: greedy {g.wall_time_s:.2f} s, lookahead {s.wall_time_s:.2f} s: {g.wall_time_s / s.wall_time_s:.2f}x greedy's speed")
-    print(verdict(model, lookahead, cost))
+    print(verdict(model, lookahead, cost, g.wall_time_s / s.wall_time_s))
     a = adaptive.stats
     print(f"adaptive decoding: {a.wall_time_s:.2f} s, {g.wall_time_s / a.wall_time_s:.2f}x greedy's speed on this machine "
           f"(S = {a.compression:.2f}); why it fed what it fed:")
