@@ -23,6 +23,7 @@ max-autotune GEMM templates ("max-autotune"), the freezing scoped to that compil
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
@@ -67,6 +68,8 @@ class CompiledDecoder:
             "max-autotune" (frozen weights, Inductor's max-autotune GEMM templates) or "default";
             None runs the constant-shape path without compiling.
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
+        compile_dir: a folder where the compiled step is kept as an AOTInductor package, loaded by
+            later decoders instead of compiling again (`ladref.static.StaticRunner`).
 
     Attributes:
         capture_s: seconds the one-time compilation and capture took (`warmup`), None before it.
@@ -78,7 +81,7 @@ class CompiledDecoder:
     """
 
     def __init__(self, model: torch.nn.Module, config: LookaheadConfig | None = None, *, max_length: int,
-                 mode: str | None = "auto", attention_backend: str = "auto") -> None:
+                 mode: str | None = "auto", attention_backend: str = "auto", compile_dir: str | os.PathLike | None = None) -> None:
         if config is not None and not isinstance(config, LookaheadConfig):
             raise TypeError(f"config must be a LookaheadConfig or None, got {type(config).__name__}")
         check_int("max_length", max_length, 2)
@@ -87,7 +90,8 @@ class CompiledDecoder:
         self.model, self.config = model, config
         slots = 1 if config is None else config.ngram_size
         self.step_tokens = 1 if config is None else config.max_step_tokens()
-        self.runner = StaticRunner(model, max_length, attention_backend, self.mode, commit_slots=slots, step_width=self.step_tokens)
+        self.runner = StaticRunner(model, max_length, attention_backend, self.mode, commit_slots=slots, step_width=self.step_tokens,
+                                   compile_dir=compile_dir)
         self.capture_s: float | None = None
 
     @property
@@ -183,6 +187,8 @@ class CompiledAdaptiveDecoder:
             max-autotune Inductor elsewhere; None: the same padded steps, not compiled).
         cache: where the runners' cost curves are kept (`ladref.cost.CostCache`); default in memory.
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
+        compile_dir: a folder where every runner keeps its compiled steps as AOTInductor packages,
+            loaded by later decoders instead of compiling again (`ladref.static.StaticRunner`).
 
     Attributes:
         decoders: one `AdaptiveDecoder` per length, shortest first (after `warmup`).
@@ -195,13 +201,15 @@ class CompiledAdaptiveDecoder:
     """
 
     def __init__(self, model: torch.nn.Module, *, max_lengths: int | Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
-                 mode: str | None = "auto", cache: CostCache | None = None, attention_backend: str = "auto") -> None:
+                 mode: str | None = "auto", cache: CostCache | None = None, attention_backend: str = "auto",
+                 compile_dir: str | os.PathLike | None = None) -> None:
         check_model(model)
         lengths = check_max_lengths(max_lengths)
         self.widths = check_widths(widths, lengths[0])
         self.mode = resolve_mode(mode, next(model.parameters()).device)
         self.model, self.cost_cache, self.attention_backend = model, cache or CostCache(), attention_backend
-        self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths) for m in lengths]
+        self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=compile_dir)
+                        for m in lengths]
         self.decoders: list[AdaptiveDecoder] = []
         self.capture_s: float | None = None
 

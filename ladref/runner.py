@@ -233,6 +233,15 @@ def guard_static_cache(cache: StaticCache) -> None:
             torch._dynamo.mark_static_address(buffer, guard=True)
 
 
+def static_cache_buffers(cache: StaticCache) -> dict[str, torch.Tensor]:
+    """Every layer's key/value buffers and length counter by name (``k0``, ``v0``, ``n0``, ...), the
+    tensors themselves: what an exported step registers and a loaded one is bound to."""
+    buffers = {}
+    for i, layer in enumerate(cache.layers):
+        buffers.update({f"k{i}": layer.keys, f"v{i}": layer.values, f"n{i}": layer.cumulative_length})
+    return buffers
+
+
 def set_static_length(cache: StaticCache, length: torch.Tensor) -> None:
     """Set every layer's length counter, where its next forward writes its keys/values.
 

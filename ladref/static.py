@@ -16,6 +16,7 @@ place (always `commit_slots` slots, a constant shape) and sets the length.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ import torch
 from .config import check_int
 from .kernels import attention_scope, sdpa_backends
 from .masks import static_additive
+from .precompiled import check_compile_dir, packaged_step, weights_digest
 from .results import DecodeStats
 from .runner import (check_model, gather_static_slots, guard_static_cache, new_static_cache, set_static_length,
                      static_cache_ready, static_forward)
@@ -126,21 +128,26 @@ class StaticRunner:
         step_width: shorthand for ``widths=(step_width,)``: every step padded to one width.
         widths: the width buckets, increasing; a step of q tokens runs at the smallest width >= q.
             None (and no `step_width`): `DEFAULT_WIDTHS` when compiled, else each step as it comes.
+        compile_dir: a folder of AOTInductor packages (`ladref.precompiled`): each width's step is
+            compiled ahead of time into a file there once and loaded, in seconds, by every later
+            runner of the same model and settings, in any process ("max-autotune" or "default").
 
     Attributes:
-        compile_s: {width: seconds its compilation took}, for the widths compiled so far.
+        compile_s: {width: seconds its compilation (or loading) took}, for the widths compiled so far.
+        from_disk: {width: whether its package was found in `compile_dir`} (with a `compile_dir`).
     """
 
     constant_shapes = True  # lookahead steps always feed G candidate rows
 
     def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
                  compile_mode: str | None = None, commit_slots: int | None = None, step_width: int | None = None, *,
-                 widths: Sequence[int] | None = None) -> None:
+                 widths: Sequence[int] | None = None, compile_dir: str | os.PathLike | None = None) -> None:
         check_model(model)
         check_int("max_length", max_length, 2)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         check_mode(compile_mode, self.device)
+        self.compile_dir = check_compile_dir(compile_dir, compile_mode)
         if widths is None and step_width is not None:
             widths = (step_width,)
         if widths is None and compile_mode is not None:
@@ -156,7 +163,9 @@ class StaticRunner:
         self.cache = new_static_cache(model, max_length)
         self.length = 0
         self.compile_s: dict[int, float] = {}
+        self.from_disk: dict[int, bool] = {}
         self._steps: dict[int, Callable] = {}
+        self._weights: str | None = None  # the weights' digest, once a package needs it
         self._commit = compile_own(static_commit, "static_commit", compile_mode, self.device)
 
     @property
@@ -272,7 +281,12 @@ class StaticRunner:
             if not static_cache_ready(self.cache):  # the first forward allocates the cache's buffers: run it eagerly
                 self._run(static_step, torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), None, 0)
             guard_static_cache(self.cache)  # a graph holding these buffers serves this cache only
-            step = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device)
+            if self.compile_dir is not None:
+                self._weights = self._weights or weights_digest(self.model)
+                scratch = StaticRunner(self.model, self.max_length)  # built over a cache of its own: the runner's is never traced
+                step, self.from_disk[width] = packaged_step(self, width, self.compile_dir, self._weights, static_step, scratch)
+            else:
+                step = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device)
             with compile_scope(self.compile_mode):
                 for _ in range(3):  # compile; record CUDA graphs; replay. Writes only slots from `length` on
                     self._run(step, torch.zeros(width, dtype=torch.long), torch.arange(width), None, 0)

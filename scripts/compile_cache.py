@@ -6,6 +6,7 @@ Inductor's on-disk caches warm, as a second process would.
 
     python scripts/compile_cache.py prepack
     python scripts/compile_cache.py no-prepack
+    python scripts/compile_cache.py package ~/.cache/ladref/steps   # an AOTInductor package (compile_dir)
 """
 
 import sys
@@ -19,8 +20,9 @@ from ladref.static import StaticRunner
 
 torch.set_num_threads(2)
 model, _ = load_default_model()
-prepack = {"prepack": True, "no-prepack": False}[sys.argv[1]]
-runner = StaticRunner(model, 512, compile_mode="max-autotune", widths=(1,))
+prepack = sys.argv[1] != "no-prepack"
+compile_dir = sys.argv[2] if sys.argv[1] == "package" else None
+runner = StaticRunner(model, 512, compile_mode="max-autotune", widths=(1,), compile_dir=compile_dir)
 start = time.perf_counter()
 with torch._inductor.config.patch({"cpp.weight_prepack": prepack}):  # scoped; the runner adds freezing inside
     runner.compile()
@@ -33,10 +35,12 @@ for _ in range(25):
     times.append(time.perf_counter() - start)
 times.sort()
 inductor = counters["inductor"]
-print(f"weight_prepack={prepack}: compile {compile_s:.1f} s, step median {1000 * times[12]:.1f} ms; "
+print(f"{sys.argv[1]}, weight_prepack={prepack}: compile {compile_s:.1f} s, step median {1000 * times[12]:.1f} ms; "
       f"FX graph cache hit {inductor['fxgraph_cache_hit']} miss {inductor['fxgraph_cache_miss']} "
       f"bypass {inductor['fxgraph_cache_bypass']}; C++ GEMM template kernels {inductor['cpp_templated_kernel_counter']}",
       flush=True)
+if compile_dir is not None:
+    print(f"  package found on disk: {runner.from_disk[1]}")
 seconds = compilation_time_metrics  # {phase: [seconds per compilation]}
 print(f"  of which Dynamo tracing {sum(seconds.get('bytecode_tracing', [0])):.1f} s, Inductor lowering and code "
       f"generation {sum(seconds.get('fx_codegen_and_compile', [0])):.1f} s")

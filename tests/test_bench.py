@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,16 @@ def test_compiled_adaptive_row_runs_on_fixed_widths_and_matches_greedy():
     records = run_bench(tiny_model("llama", 8, 1), PROMPTS, settings, setup_s=setup)
     assert list(setup) == ["greedy", "adaptive", "compiled_adaptive"] and all(r.match for r in records)
     assert sorted(r.prompt_id for r in records if r.method == "compiled_adaptive") == ["0", "1"]
+
+
+def test_compiled_rows_take_a_package_folder(tmp_path):
+    model, prompts = tiny_model("llama", 8, 1), PROMPTS
+    settings = BenchSettings(("compiled_greedy", "compiled_adaptive"), LookaheadConfig(3, 3, 3), compile_mode="max-autotune",
+                             compile_dir=str(tmp_path))
+    assert [m.label for m in settings.methods_for(model, prompts)] == ["greedy", "compiled_greedy", "compiled_adaptive"]
+    with pytest.raises(ValueError, match="compile_dir keeps AOTInductor packages of compiled steps"):  # nothing compiled
+        replace(settings, compile_mode=None).methods_for(model, prompts)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_compiled_rows_keep_a_short_cache_besides_the_longest_prompts():

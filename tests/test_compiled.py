@@ -159,6 +159,43 @@ def test_a_frozen_graph_is_not_reused_for_another_cache():
         torch.testing.assert_close(out, ref)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [None, LookaheadConfig(3, 3, 3)])
+def test_packaged_steps_are_built_once_then_loaded_and_stay_exact(config, tmp_path):
+    """compile_dir: the first decoder builds its step's AOTInductor package; a second one, as a
+    later process would, loads it instead of compiling, bound to its own cache; both are exact."""
+    model = build_tiny("llama", 16, 1).float()
+    prompts = (PROMPT, [5, 4, 6, 5, 4])
+    expected = [greedy_decode(model, p, 24, eos_token_id=[]).token_ids for p in prompts]
+    first = CompiledDecoder(model, config, max_length=64, mode="max-autotune", compile_dir=tmp_path)
+    first.warmup()
+    built = sorted(tmp_path.iterdir())
+    assert first.runner.from_disk == {first.step_tokens: False} and [p.suffix for p in built] == [".pt2"]
+    second = CompiledDecoder(model, config, max_length=64, mode="max-autotune", compile_dir=tmp_path)
+    second.warmup()
+    assert second.runner.from_disk == {second.step_tokens: True} and sorted(tmp_path.iterdir()) == built
+    for decoder in (first, second, first):  # each package instance writes its own runner's cache
+        assert [decoder(p, 24, eos_token_id=[]).token_ids for p in prompts] == expected
+
+
+def test_package_names_and_bad_compile_dirs(tmp_path):
+    from ladref import CompiledAdaptiveDecoder
+    from ladref.precompiled import package_name, weights_digest
+
+    model, other = build_tiny("llama", 16, 1), build_tiny("llama", 16, 2)
+    assert weights_digest(model) == weights_digest(build_tiny("llama", 16, 1)) != weights_digest(other)
+    runner = StaticRunner(model, 64, compile_mode="max-autotune", widths=(1, 4), compile_dir=tmp_path)
+    longer = StaticRunner(model, 96, compile_mode="max-autotune", widths=(1, 4), compile_dir=tmp_path)
+    names = {package_name(r, w, d) for r in (runner, longer) for w in (1, 4) for d in ("weights", "others")}
+    assert len(names) == 8  # cache length, width and weights each name their own package
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=(64, 96), widths=(1, 4), mode="max-autotune", compile_dir=tmp_path)
+    assert [r.compile_dir for r in decoder.runners] == [tmp_path, tmp_path] and list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="compile_mode must be one of .'max-autotune', 'default'., got None"):
+        StaticRunner(model, 64, compile_mode=None, compile_dir=tmp_path)
+    with pytest.raises(TypeError, match="compile_dir must be a path"):
+        CompiledDecoder(model, max_length=64, mode="max-autotune", compile_dir=3)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_cuda_graphs_replay_greedy_decoding():
     model = build_tiny("llama", 16, 1).float().cuda()

@@ -84,6 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--compile-mode", choices=("auto", "reduce-overhead", "max-autotune", "default", "none"), default="auto",
         help="compile mode of the compiled_* methods (auto: reduce-overhead on CUDA, max-autotune on a CPU; "
              "none: constant shapes, not compiled)")
+    add("--compile-dir", default=None, help="keep the compiled_* methods' steps as AOTInductor packages in this folder: "
+        "built by the first run, loaded by later ones (max-autotune or default mode)")
     add("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     add("--device", default=None, help="default: cuda when available, else cpu")
     add("--out", default=None, help="folder for the JSON / CSV files (default: a fresh runs/bench-<date>-<time>/)")
@@ -225,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
     configs = tuple(args.config or [LookaheadConfig(W, args.ngram, W if args.candidates is None else args.candidates)])
     settings = BenchSettings(tuple(methods), configs, args.block_size or configs[0].window_size, args.lookup_tokens,
                              args.max_new_tokens, attention_backend=args.attention_backend,
-                             compile_mode=None if args.compile_mode == "none" else args.compile_mode)
+                             compile_mode=None if args.compile_mode == "none" else args.compile_mode,
+                             compile_dir=args.compile_dir)
     model, tokenizer = load_default_model(args.device, DTYPES.get(args.dtype))
     meta = dict(run_meta(model), autotune=None)
     print(f"model SmolLM2-135M-Instruct on {meta['device']} ({meta['machine']}, {meta['dtype']}); torch {meta['torch']}, "
@@ -246,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     meta["settings"] = {"methods": settings.methods, "configs": [config_label(c) for c in settings.configs],
                         "block_size": settings.block_size, "lookup_tokens": settings.lookup_tokens,
                         "max_new_tokens": settings.max_new_tokens, "attention_backend": settings.attention_backend,
-                        "compile_mode": settings.compile_mode}
+                        "compile_mode": settings.compile_mode, "compile_dir": settings.compile_dir}
     for dataset in datasets:
         _bench(model, tokenizer, dataset, settings, args, meta)
     return 0

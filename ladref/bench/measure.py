@@ -36,6 +36,8 @@ class BenchSettings:
         attention_backend: SDPA kernel choice of ladref's decoders (`ladref.kernels.sdpa_backends`).
         compile_mode: `CompiledDecoder` mode of the compiled rows ("auto": CUDA graphs on CUDA,
             frozen max-autotune Inductor on a CPU).
+        compile_dir: a folder of AOTInductor packages for the compiled rows (`ladref.precompiled`):
+            built there by the first run, loaded by later ones; None: `torch.compile` every run.
     """
 
     methods: tuple[str, ...] = ("greedy", "lookahead")
@@ -46,6 +48,7 @@ class BenchSettings:
     warmup: bool = True
     attention_backend: str = "auto"
     compile_mode: str | None = "auto"
+    compile_dir: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str) or not self.methods:
@@ -65,7 +68,7 @@ class BenchSettings:
         max_length = max(torch.as_tensor(p).numel() for p in prompts) + self.max_new_tokens + widest + 1
         return bench_methods(self.methods, self.configs, model, max_length, block_size=self.block_size,
                              lookup_tokens=self.lookup_tokens, attention_backend=self.attention_backend,
-                             compile_mode=self.compile_mode)
+                             compile_mode=self.compile_mode, compile_dir=self.compile_dir)
 
 
 @dataclass(frozen=True)

@@ -120,9 +120,9 @@ def cache_lengths(max_length: int) -> tuple[int, ...]:
     return (SHORT_CACHE, max_length) if max_length > SHORT_CACHE else (max_length,)
 
 
-def _compiled(model, config, max_length, mode, backend) -> BenchMethod:
+def _compiled(model, config, max_length, mode, backend, compile_dir=None) -> BenchMethod:
     """A compiled greedy or lookahead row: one decoder per cache length; a call uses the shortest that fits."""
-    decoders = [CompiledDecoder(model, config, max_length=m, mode=mode, attention_backend=backend)
+    decoders = [CompiledDecoder(model, config, max_length=m, mode=mode, attention_backend=backend, compile_dir=compile_dir)
                 for m in cache_lengths(max_length)]
     label = "compiled_greedy" if config is None else f"compiled_lookahead {config_label(config)}"
     kind = "greedy" if config is None else "lookahead"
@@ -133,10 +133,11 @@ def _compiled(model, config, max_length, mode, backend) -> BenchMethod:
     return BenchMethod(label, kind, config, run, lambda m, prompts, n: [d.warmup() for d in decoders])
 
 
-def _compiled_adaptive(model, max_length, mode, backend, cache: CostCache) -> BenchMethod:
+def _compiled_adaptive(model, max_length, mode, backend, cache: CostCache, compile_dir=None) -> BenchMethod:
     """Adaptive decoding over static runners of fixed widths; compiling them is its set-up."""
     lengths = cache_lengths(max_length + DEFAULT_WIDTHS[-1])  # room for the widest step
-    decoder = CompiledAdaptiveDecoder(model, max_lengths=lengths, mode=mode, cache=cache, attention_backend=backend)
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=lengths, mode=mode, cache=cache, attention_backend=backend,
+                                      compile_dir=compile_dir)
 
     def setup(m, prompts, n):
         decoder.warmup()
@@ -170,7 +171,8 @@ def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend:
 
 
 def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], model: torch.nn.Module, max_length: int, *,
-                  block_size: int, lookup_tokens: int, attention_backend: str, compile_mode: str | None) -> list[BenchMethod]:
+                  block_size: int, lookup_tokens: int, attention_backend: str, compile_mode: str | None,
+                  compile_dir: str | None = None) -> list[BenchMethod]:
     """The rows for `methods` (lookahead ones once per config), in order; aliases are accepted."""
     backend, rows, cache = attention_backend, [], CostCache()
     for method in map(canonical_method, methods):
@@ -194,9 +196,9 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
         elif method in ("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive", "draft_all"):
             rows.append(_tree_rows(method, model, lookup_tokens, backend, cache))
         elif method == "compiled_greedy":
-            rows.append(_compiled(model, None, max_length, compile_mode, backend))
+            rows.append(_compiled(model, None, max_length, compile_mode, backend, compile_dir))
         elif method == "compiled_adaptive":
-            rows.append(_compiled_adaptive(model, max_length, compile_mode, backend, cache))
+            rows.append(_compiled_adaptive(model, max_length, compile_mode, backend, cache, compile_dir))
         else:  # compiled_lookahead
-            rows += [_compiled(model, c, max_length, compile_mode, backend) for c in configs]
+            rows += [_compiled(model, c, max_length, compile_mode, backend, compile_dir) for c in configs]
     return rows
