@@ -73,10 +73,10 @@ class ExportedStep(torch.nn.Module):
         return self.step(self.runner, input_ids, position_ids, allowed, length)
 
 
-def build_package(runner, width: int, path: Path, step: Callable, scratch) -> None:
-    """Export `step` at `width` over `scratch` (a runner of the same model and cache length, whose
-    cache is still unallocated), compile it ahead of time, save the package at `path`."""
-    d = runner.device
+def build_package(runner, width: int, path: Path, step: Callable) -> None:
+    """Export `step` at `width` over a scratch runner of the same model and cache length (the
+    runner's own cache is never traced), compile it ahead of time, save the package at `path`."""
+    scratch, d = type(runner)(runner.model, runner.max_length), runner.device
     example = (torch.zeros(width, dtype=torch.long, device=d), torch.arange(width, device=d),
                torch.ones(width, width, dtype=torch.bool, device=d).tril_(), torch.tensor(0, device=d))
     with torch.no_grad(), attention_scope(runner.kernels):
@@ -95,9 +95,9 @@ def build_package(runner, width: int, path: Path, step: Callable, scratch) -> No
                 os.remove(part)
 
 
-def packaged_step(runner, width: int, directory: Path, weights: str, step: Callable, scratch) -> tuple[Callable, bool]:
-    """The step of `width` from its package in `directory` (built from `step` over `scratch` first if
-    missing, `build_package`), bound to the runner's cache; `weights`: the model's `weights_digest`.
+def packaged_step(runner, width: int, directory: Path, weights: str, step: Callable) -> tuple[Callable, bool]:
+    """The step of `width` from its package in `directory` (built from `step` first if missing,
+    `build_package`), bound to the runner's cache; `weights`: the model's `weights_digest`.
 
     Returns:
         (a step called as `static_step` is, whether the package was already on disk).
@@ -105,7 +105,7 @@ def packaged_step(runner, width: int, directory: Path, weights: str, step: Calla
     path = directory / package_name(runner, width, weights)
     found = path.exists()
     if not found:
-        build_package(runner, width, path, step, scratch)
+        build_package(runner, width, path, step)
     loaded = torch._inductor.aoti_load_package(str(path))
     loaded.loader.load_constants(static_cache_buffers(runner.cache), False, False, True)  # user-managed: no copy
 

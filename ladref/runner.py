@@ -22,6 +22,7 @@ step has a new shape at every step, and a kernel that plans per shape would pay 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Protocol
 
 import torch
@@ -39,9 +40,10 @@ FORWARD_ARGS = ("attention_mask", "position_ids")
 CACHE_ARGS = ("cache", "past_key_values")
 
 
-def cache_arg(model: torch.nn.Module) -> str | None:
-    """The name `model.forward` takes its KV cache under (`cache` or `past_key_values`), or None."""
-    params = inspect.signature(model.forward).parameters
+def cache_arg(model: torch.nn.Module, params: Mapping[str, object] | None = None) -> str | None:
+    """The name `model.forward` takes its KV cache under (`cache` or `past_key_values`), or None;
+    `params`: forward()'s signature parameters, when the caller has read them already."""
+    params = inspect.signature(model.forward).parameters if params is None else params
     return next((name for name in CACHE_ARGS if name in params), None)
 
 
@@ -59,7 +61,7 @@ def check_model(model: object) -> None:
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(f"{name} is an encoder-decoder model; ladref decodes decoder-only causal LMs")
     params = inspect.signature(model.forward).parameters
-    missing = [arg for arg in FORWARD_ARGS if arg not in params] + ([] if cache_arg(model) else ["past_key_values"])
+    missing = [arg for arg in FORWARD_ARGS if arg not in params] + ([] if cache_arg(model, params) else ["past_key_values"])
     if missing:
         raise ValueError(
             f"{name} (model_type {getattr(config, 'model_type', '?')!r}) is not an attention model with a KV cache: "
@@ -277,7 +279,7 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
     """
     params = inspect.signature(model.forward).parameters
     kwargs = {"logits_to_keep": 1} if last_only and "logits_to_keep" in params else {}
-    kwargs[next((name for name in CACHE_ARGS if name in params), "past_key_values")] = cache
+    kwargs[cache_arg(model, params) or "past_key_values"] = cache
     if "cache_position" in params:  # gone from transformers 5.24 on
         kwargs["cache_position"] = cache_position
     out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask, use_cache=True, **kwargs)

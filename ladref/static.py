@@ -283,8 +283,7 @@ class StaticRunner:
             guard_static_cache(self.cache)  # a graph holding these buffers serves this cache only
             if self.compile_dir is not None:
                 self._weights = self._weights or weights_digest(self.model)
-                scratch = StaticRunner(self.model, self.max_length)  # built over a cache of its own: the runner's is never traced
-                step, self.from_disk[width] = packaged_step(self, width, self.compile_dir, self._weights, static_step, scratch)
+                step, self.from_disk[width] = packaged_step(self, width, self.compile_dir, self._weights, static_step)
             else:
                 step = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device)
             with compile_scope(self.compile_mode):
