@@ -185,7 +185,8 @@ class CompiledAdaptiveDecoder:
         widths: the step widths every runner compiles (`ladref.static.StaticRunner`).
         mode: compile mode as `CompiledDecoder`'s ("auto": CUDA graphs on CUDA, frozen
             max-autotune Inductor elsewhere; None: the same padded steps, not compiled).
-        cache: where the runners' cost curves are kept (`ladref.cost.CostCache`); default in memory.
+        cache: where the runners' cost curves are kept (`ladref.cost.CostCache`); default
+            `CostCache.default()`, the user's cache file (measured once per runner and machine).
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
         compile_dir: a folder where every runner keeps its compiled steps as AOTInductor packages,
             loaded by later decoders instead of compiling again (`ladref.static.StaticRunner`).
@@ -207,7 +208,10 @@ class CompiledAdaptiveDecoder:
         lengths = check_max_lengths(max_lengths)
         self.widths = check_widths(widths, lengths[0])
         self.mode = resolve_mode(mode, next(model.parameters()).device)
-        self.model, self.cost_cache, self.attention_backend = model, cache or CostCache(), attention_backend
+        if cache is not None and not isinstance(cache, CostCache):
+            raise TypeError(f"cache must be a ladref.cost.CostCache, got {type(cache).__name__}")
+        self.model, self.attention_backend = model, attention_backend
+        self.cost_cache = CostCache.default() if cache is None else cache
         self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=compile_dir)
                         for m in lengths]
         self.decoders: list[AdaptiveDecoder] = []

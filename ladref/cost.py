@@ -17,9 +17,10 @@ prompt to prompt + max_new_tokens). A table, not a fitted line a(q) + b(q) kv, b
 was measured: a fit through three noisy CPU timings can tilt either way, a table never leaves the
 range of its measurements.
 
-Measuring once per model, device, dtype, thread count and runner is the job of `CostCache`, an
-object the caller holds and passes around (no module-level state), optionally kept in a JSON file.
-docs/cost_model.md shows the curve of a CPU.
+Measuring once per model, device, dtype, thread count, runner and processor is the job of
+`CostCache`, a JSON file of measured curves (no module-level state): `adaptive_decode` keeps its
+curves in the user's cache folder (`default_cache_path`), so only the first call on a machine
+measures. The timing itself is `ladref.timing`. docs/cost_model.md shows the curve of a CPU.
 """
 
 from __future__ import annotations
@@ -28,23 +29,23 @@ import bisect
 import json
 import math
 import numbers
-import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
+import os
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .config import check_int
-from .results import DecodeStats
 from .runner import ModelRunner
+from .timing import Progress, describe, measure_steps, processor
 
 CPU_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 GPU_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256)
 DEFAULT_KV_LENGTHS = (128, 512, 1024)
 FORMAT = "ladref.cost/1"
-Progress = Callable[[int, int], None]  # (passes done, passes in all)
 
 
 def default_widths(device: torch.device) -> tuple[int, ...]:
@@ -217,125 +218,118 @@ class CostModel:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int,
-                  progress: Progress | None = None) -> list[list[float]]:
-    """``seconds[i][j]``: median of `repeats` timed steps of width ``widths[j]`` at about ``kv_lengths[i]`` cached tokens.
-
-    As decoding pays them: the runner's own forward pass with a (q, q) causal mask sent the way a
-    draft's mask is, every logit kept, fresh positions. The cache is prefilled once with
-    ``top = max(kv_lengths) + repeats`` tokens; one untimed pass per width at length ``top`` absorbs
-    one-time costs (kernel loading, a compile); then the r-th timed pass of (q, kv) runs at length
-    kv + r, each shape (q, length) once, so a kernel that plans per shape pays as a decoding step
-    does. Between passes the cache is rolled back with ``runner.commit`` (longest first: a rollback
-    only cuts), all widths interleaved at each length. CUDA is synchronized around each timing.
-    The runner's cache must be empty before and is empty after.
-    """
-    if runner.past_len != 0:
-        raise ValueError(f"measuring needs a runner with an empty cache, this one holds {runner.past_len} tokens")
-    top = max(kv_lengths) + repeats
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and top + max(widths) > limit:
-        raise ValueError(f"a KV length of {max(kv_lengths)} plus {repeats} repeats and a {max(widths)}-token step "
-                         f"exceeds the model's {limit} positions (max_position_embeddings)")
-    device, vocab = next(model.parameters()).device, model.get_input_embeddings().num_embeddings
-    runner.prefill(torch.arange(top + 1) % vocab, DecodeStats())  # caches `top` tokens
-    plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
-    samples = [[[] for _ in widths] for _ in kv_lengths]
-    done, total = 0, len(plan) * len(widths)
-    for length, row in plan:
-        for j, q in enumerate(widths):
-            seconds = _timed_step(runner, device, length, torch.arange(q) % vocab)
-            if row is not None:
-                samples[row][j].append(seconds)
-            done += 1
-            if progress is not None:
-                progress(done, total)
-    _empty(runner)
-    return [[statistics.median(times) for times in row] for row in samples]
+def default_cache_path() -> Path:
+    """Where `adaptive_decode` keeps measured curves: ``ladref/cost.json`` in the user's cache folder
+    (``$XDG_CACHE_HOME``, else ``~/.cache``), the platform's convention for files a program can remake."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "ladref" / "cost.json"
 
 
-def _timed_step(runner, device: torch.device, length: int, ids: torch.Tensor) -> float:
-    """Roll the cache back to `length` tokens, then time one forward pass over `ids`."""
-    # keep the first length-1 entries plus entry length-1 itself: a one-token commit, which every runner takes
-    runner.commit(length - 1, torch.tensor([0]))
-    allowed = torch.ones(ids.shape[0], ids.shape[0], dtype=torch.bool).tril_()  # (q, q) causal
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    runner.forward(ids, allowed=allowed)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
-
-
-def _empty(runner) -> None:
-    """Forget the cache: a static cache's `reset`, else a commit that keeps nothing."""
-    if hasattr(runner, "reset"):
-        runner.reset()
-    else:
-        runner.commit(0, torch.zeros(0, dtype=torch.long))
-
-
-def describe(model: torch.nn.Module, runner) -> str:
-    """What a measurement depends on: model, parameters, device, dtype, CPU threads, runner and its kernels."""
-    config, param = model.config, next(model.parameters())
-    name = getattr(config, "name_or_path", "") or type(model).__name__
-    name = Path(name).name if Path(name).is_dir() else name  # a local folder: its name, not this machine's path
-    params = sum(p.numel() for p in model.parameters())
-    threads = f", {torch.get_num_threads()} torch threads" if param.device.type == "cpu" else ""
-    details = []
-    if hasattr(runner, "kernels"):
-        details.append("sdpa=" + ("+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default"))
-    if hasattr(runner, "compile_mode"):  # a static runner: every step attends over all max_length slots
-        details += [f"compile_mode={runner.compile_mode}", f"max_length={runner.max_length}"]
-    kind, dtype = f"{type(runner).__name__}({', '.join(details)})", str(param.dtype).removeprefix("torch.")
-    return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {param.device} {dtype}{threads}, {kind}"
+def read_cache_file(path: Path) -> dict[str, CostModel]:
+    """The curves in a cache file written by `CostCache.save` ({} when there is none yet)."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or data.get("format") != FORMAT + " cache":
+            raise ValueError("another format")
+        return {key: CostModel.from_dict(model) for key, model in data["models"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:  # unreadable, not JSON, not ours
+        raise ValueError(f"{path} is not a {FORMAT} cache file ({type(error).__name__}: {error})") from None
 
 
 class CostCache:
-    """The cost models measured so far, keyed by `describe` plus the widths and KV lengths measured.
+    """Measured cost models, keyed by what a measurement depends on, optionally kept in a JSON file.
 
-    The caller holds the cache (one per session, passed to whatever decodes) so nothing is
-    measured twice and nothing hides in module state. Given a `path`, it starts from that JSON
-    file and rewrites it after each new measurement, so a later process measures nothing; the
-    file belongs to the machine that measured it.
+    The key is `ladref.timing.describe` (model, parameters, device, dtype, threads, runner), the
+    processor and the widths and KV lengths measured. Given a `path`, the cache starts from that
+    file and writes every new measurement back to it (atomically, merged with what another
+    process may have added meanwhile), so a later call or process measures nothing; the file
+    belongs to the machine that measured it. A file that cannot be written (a read-only folder,
+    a full disk) is reported with a warning; the curve is still kept in memory.
 
     Args:
-        path: an optional JSON file (read if it exists).
+        path: an optional JSON file (read if it exists); None keeps the curves in this object only.
+
+    Raises:
+        ValueError: `path` names a folder, or a file that is not a cost cache.
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
         self.path = None if path is None else Path(path)
-        self.models: dict[str, CostModel] = {}
-        if self.path is not None and self.path.exists():
-            data = json.loads(self.path.read_text())
-            if data.get("format") != FORMAT + " cache":
-                raise ValueError(f"{self.path} is not a {FORMAT} cache file")
-            self.models = {key: CostModel.from_dict(model) for key, model in data["models"].items()}
+        if self.path is not None and self.path.is_dir():
+            raise ValueError(f"CostCache path {self.path} is a folder; give a file name, e.g. {self.path / 'cost.json'}")
+        self.models: dict[str, CostModel] = {} if self.path is None else read_cache_file(self.path)
+
+    @classmethod
+    def default(cls) -> CostCache:
+        """The user's cache at `default_cache_path` (what `adaptive_decode` uses when given no `cost` or
+        `cache`). A file there that cannot be read is reported with a warning and measured anew."""
+        path = default_cache_path()
+        try:
+            return cls(path)
+        except ValueError as error:
+            warnings.warn(f"{error}; its curves will be measured again and the file rewritten", stacklevel=2)
+            cache = cls()
+            cache.path = path
+            return cache
 
     def __len__(self) -> int:
         return len(self.models)
 
+    def __bool__(self) -> bool:
+        return True  # an empty cache is still a cache: `cache or CostCache()` must not replace it
+
+    def __repr__(self) -> str:
+        return f"CostCache({str(self.path)!r}, {len(self)} curves)" if self.path else f"CostCache({len(self)} curves, in memory)"
+
+    def key(self, model: torch.nn.Module, runner, widths: Sequence[int], kv_lengths: Sequence[int]) -> str:
+        """What a measurement depends on, as the cache's key."""
+        device = next(model.parameters()).device
+        return f"{describe(model, runner)} | {processor(device)} | widths {list(widths)} | kv {list(kv_lengths)}"
+
     def get(self, model: torch.nn.Module, runner=None, *, widths: Sequence[int] | None = None,
             kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 5, attention_backend: str = "auto",
             progress: Progress | None = None) -> CostModel:
-        """The cached model for this (model, device, dtype, threads, runner, widths, KV lengths), measured if new.
+        """The cached model for this (model, device, dtype, threads, runner, processor, widths, KV lengths), measured if new.
 
         Arguments as `CostModel.measure`.
         """
         runner = ModelRunner(model, attention_backend) if runner is None else runner
         widths = default_widths(next(model.parameters()).device) if widths is None else tuple(widths)
-        key = f"{describe(model, runner)} | widths {list(widths)} | kv {list(kv_lengths)}"
+        key = self.key(model, runner, widths, kv_lengths)
+        if key not in self.models and self.path is not None:  # another process may have measured it meanwhile
+            self.models.update(self._on_disk())
         if key not in self.models:
             self.models[key] = CostModel.measure(model, widths, kv_lengths, repeats, runner, progress=progress)
             if self.path is not None:
-                self.save(self.path)
+                try:
+                    self.save(self.path)
+                except OSError as error:
+                    warnings.warn(f"could not write the measured cost curve to {self.path} ({error}); it is kept in "
+                                  "memory only, so a later process measures it again", stacklevel=2)
         return self.models[key]
 
-    def save(self, path: str | Path) -> Path:
-        """Write every model to a JSON file (folders created)."""
+    def _on_disk(self) -> dict[str, CostModel]:
+        """The file's curves now, or {} when it is missing or unreadable (it is then rewritten whole)."""
+        try:
+            return read_cache_file(self.path)
+        except ValueError:
+            return {}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write every model to a JSON file (folders created), keeping the curves already in it that
+        this cache lacks; written to a temporary file and renamed, so no reader sees half a file."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        models = {key: model.to_dict() for key, model in self.models.items()}
-        path.write_text(json.dumps({"format": FORMAT + " cache", "models": models}, indent=1) + "\n")
+        on_disk = self._on_disk() if path == self.path else {}
+        models = {key: model.to_dict() for key, model in {**on_disk, **self.models}.items()}
+        fd, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps({"format": FORMAT + " cache", "models": models}, indent=1) + "\n")
+            os.replace(scratch, path)
+        except BaseException:
+            Path(scratch).unlink(missing_ok=True)
+            raise
         return path

@@ -74,8 +74,8 @@ def lookahead_generator(
     def custom_generate(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                         streamer=None, **model_kwargs):
         return lookahead_in_generate(self, input_ids, logits_processor, stopping_criteria, generation_config, config,
-                                     generator=generator, synced_gpus=synced_gpus, streamer=streamer or own_streamer,
-                                     put_prompt=streamer is None, model_kwargs=model_kwargs,
+                                     generator=generator, synced_gpus=synced_gpus,
+                                     streamer=own_streamer if streamer is None else streamer, put_prompt=streamer is None, model_kwargs=model_kwargs,
                                      attention_backend=attention_backend)
 
     return custom_generate
@@ -133,7 +133,7 @@ def lookahead_in_generate(
         `GenerateDecoderOnlyOutput` holding it when ``return_dict_in_generate=True``.
     """
     # 1. Refuse what is not supported.
-    check_generate_call(generation_config, synced_gpus, model_kwargs or {})
+    check_generate_call(generation_config, synced_gpus, {} if model_kwargs is None else model_kwargs)
     head, device = input_ids[0].tolist(), input_ids.device
     # 2. Stop token by token on generate's stopping criteria (max length and EOS among them).
 

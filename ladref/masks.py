@@ -180,7 +180,7 @@ def to_additive(allowed: torch.Tensor, past_len: int, dtype: torch.dtype) -> tor
 
 def render(allowed: torch.Tensor, labels: list[str] | None = None) -> str:
     """Draw a boolean mask as text ('#' = may attend, '.' = may not), one row per query."""
-    labels = labels or [str(i) for i in range(allowed.shape[0])]
+    labels = [str(i) for i in range(allowed.shape[0])] if labels is None else labels
     width = max(len(label) for label in labels)
     lines = [f"{label:>{width}} " + "".join("#" if v else "." for v in row) for label, row in zip(labels, allowed.tolist())]
     return "\n".join(lines)

@@ -153,7 +153,7 @@ class DraftPolicy:
         `evidence`: per tree, what its source says of the draft's strength (prompt lookup: the
         length of the suffix it matched); rates are learned apart for each value.
         """
-        for tree, seen in zip(trees, evidence or [0] * len(trees)):
+        for tree, seen in zip(trees, [0] * len(trees) if evidence is None else evidence):
             if len(tree):
                 self.pending.append(Pending(tree, self.keys(tree, seen)))
 
@@ -239,7 +239,7 @@ class DraftPolicy:
             (the nodes to feed, feed the window?, expected tokens per second).
         """
         tree, value = DraftTree.empty(), torch.zeros(0, dtype=torch.float64)
-        for own, seen in zip(trees, evidence or [0] * len(trees)):
+        for own, seen in zip(trees, [0] * len(trees) if evidence is None else evidence):
             tree = tree.merge(own) if len(tree) else own
             value = torch.cat([value, torch.zeros(len(tree) - len(value), dtype=torch.float64)])
             for node, v in enumerate(self.values(own, seen).tolist()):

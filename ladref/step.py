@@ -71,7 +71,7 @@ def draft_step(
     if chooser is None:
         verdict = verify_greedy(tree, int(preds[0]), preds[tree_rows])
     else:
-        verdict = verify_chosen(tree, logits[0], logits[tree_rows], chooser.choose, context or [current])
+        verdict = verify_chosen(tree, logits[0], logits[tree_rows], chooser.choose, [current] if context is None else context)
     # 5. Commit the current token and the accepted path's K/V to the cache.
     runner.commit(past, torch.cat([torch.tensor([0]), layout.tree_index()[verdict.path]]))
     top = logits.topk(topk, dim=-1).indices.cpu() if topk else None

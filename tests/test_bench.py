@@ -214,9 +214,31 @@ def test_demo_verdict_follows_the_measured_ratio_not_the_prediction():
         stats.record(3, 8)  # S = 3 with 8-token steps, t(8) = 2.2 t(1): about 1.36x predicted
     result, cost = DecodeResult([0] * 6, None, stats, "lookahead"), CostModel.from_ratios({1: 1.0, 2: 2.1, 8: 2.2})
     model = tiny_model("llama", 16, 0)
-    slow, fast = verdict(model, result, cost, 0.96), verdict(model, result, cost, 1.2)
+    slow, fast = verdict(model, result, cost, 0.96, 1.3, 100), verdict(model, result, cost, 1.2, 1.3, 100)
     assert "expect about 1.36x" in slow and "Measured: 0.96x" in slow and "slower than greedy decoding" in slow
-    assert "expect about 1.36x" in fast and "Measured: 1.20x" in fast and "pays off" in fast
+    assert "expect about 1.36x" in fast and "Measured: 1.20x" in fast and "pays off" in fast and "step by step: 1.30x" in fast
+
+
+def test_demo_predicts_each_call_from_the_curve_and_withholds_a_verdict_the_curve_contradicts():
+    from ladref.bench.demo import agreement, budget_note, predicted_seconds
+    from ladref.cost import CostModel
+    from ladref.results import DecodeResult, DecodeStats
+
+    cost = CostModel((1, 8), (10, 20), ((0.1, 0.2), (0.3, 0.6)))  # t doubles from q = 1 to 8, triples from kv 10 to 20
+    stats = DecodeStats()
+    for accepted, fed in ((5, 8), (1, 1), (2, 8)):  # KV before each step: 10, 15, 16 (prompt 11: 10 cached)
+        stats.record(accepted, fed)
+    result = DecodeResult([1] * 8, None, stats, "lookahead")
+    prefill, steps = 0.2, 0.2 + (0.1 + 0.5 * 0.2) + (0.6 * 0.6 + 0.4 * 0.2)  # t(8, 0) (nearest: kv 10); steps at 10, 15, 16
+    assert predicted_seconds(result, cost, 11) == pytest.approx(prefill + steps)
+    fine = {"greedy": 1.0, "lookahead": 0.7, "adaptive": 0.8}
+    assert agreement({k: 1.2 * v for k, v in fine.items()}, fine) is None  # all 1.2x slower than predicted: agree
+    busy = agreement({"greedy": 3.0, "lookahead": 0.7, "adaptive": 0.8}, fine)  # greedy timed while the machine was busy
+    assert "greedy 3.00 s against 1.00 s predicted" in busy and "lookahead's speed-up 4.29x against 1.43x" in busy
+    skewed = agreement({"greedy": 1.4, "lookahead": 0.5, "adaptive": 0.8}, fine)  # each within 1.5x, the ratio not
+    assert skewed is not None and "lookahead's speed-up 2.80x against 1.43x" in skewed
+    assert budget_note(result, 8, eos=2).startswith("[... the 8-token budget ended the text here")
+    assert budget_note(result, 9, eos=2) == "" and budget_note(DecodeResult([1, 2], None, stats, "g"), 2, eos=2) == ""
 
 
 @pytest.mark.parametrize("arch,vocab,seed", [("llama", 8, 1), ("gpt2", 16, 2)])

@@ -72,6 +72,12 @@ def test_specbench_limit_counts_prompts_per_task_and_tasks_load_alone():
         assert len(alone) == 80 and {p.task for p in alone} == {task}
         assert load_prompts(f"specbench:{task}", limit=2) == [p for p in prompts if p.task == task]
     assert load_prompts("specbench:qa", limit=1)[0].prompt_id == "321"
+    held_out = load_prompts("specbench", limit=2, skip=10)  # items 10-11 of each task: after the first ten
+    assert len(held_out) == 12 and [p.prompt_id for p in held_out[:2]] == ["91", "92"]
+    assert not {p.prompt_id for p in held_out} & {p.prompt_id for p in load_prompts("specbench", limit=10)}
+    assert load_prompts("math", limit=3, skip=2) == load_prompts("math", limit=5)[2:]
+    with pytest.raises(ValueError, match="skip must be"):
+        load_prompts("math", skip=-1)
 
 
 @needs_humaneval

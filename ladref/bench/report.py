@@ -141,7 +141,8 @@ def save_results(path_stem: str | Path, records: Sequence[PromptRecord], summari
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".csv")
     rows = [dict(asdict(r), tokens_per_second=r.tokens_per_second) for r in records]
-    payload = {"meta": meta or {}, "summary": [asdict(s) for s in summaries], **(extra or {}), "records": rows}
+    payload = {"meta": {} if meta is None else meta, "summary": [asdict(s) for s in summaries], **({} if extra is None else extra),
+               "records": rows}
     json_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     with csv_path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["prompt_id"])

@@ -3,7 +3,6 @@ and where results go by default."""
 
 from __future__ import annotations
 
-import platform
 import subprocess
 import sys
 import time
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import torch
 import transformers
+
+from ..timing import processor
 
 
 def default_out() -> Path:
@@ -20,17 +21,8 @@ def default_out() -> Path:
 
 def machine(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name and torch's thread count."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {torch.get_num_threads()} torch threads"
+    name = processor(device)
+    return name if device.type == "cuda" else f"{name}, {torch.get_num_threads()} torch threads"
 
 
 def git_commit() -> str | None:

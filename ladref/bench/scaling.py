@@ -85,7 +85,7 @@ def scaling_sweep(
     prompts = list(prompts)
     if not prompts:
         raise ValueError("scaling_sweep needs at least one prompt")
-    pick = candidates or (lambda w: w)
+    pick = (lambda w: w) if candidates is None else candidates
     points = []
     for n in ngrams:
         for w in windows:

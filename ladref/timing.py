@@ -1,0 +1,108 @@
+"""Timing real decoding steps: what `ladref.cost.CostModel.measure` runs, and what a measurement depends on.
+
+`measure_steps` times one forward pass of each width q at each KV length through a runner, as
+decoding pays it; `describe` names what such a timing depends on (model, device, dtype, threads,
+runner), and `processor` the processor it ran on.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from .results import DecodeStats
+
+Progress = Callable[[int, int], None]  # (passes done, passes in all)
+
+
+def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int,
+                  progress: Progress | None = None) -> list[list[float]]:
+    """``seconds[i][j]``: median of `repeats` timed steps of width ``widths[j]`` at about ``kv_lengths[i]`` cached tokens.
+
+    As decoding pays them: the runner's own forward pass with a (q, q) causal mask sent the way a
+    draft's mask is, every logit kept, fresh positions. The cache is prefilled once with
+    ``top = max(kv_lengths) + repeats`` tokens; one untimed pass per width at length ``top`` absorbs
+    one-time costs (kernel loading, a compile); then the r-th timed pass of (q, kv) runs at length
+    kv + r, each shape (q, length) once, so a kernel that plans per shape pays as a decoding step
+    does. Between passes the cache is rolled back with ``runner.commit`` (longest first: a rollback
+    only cuts), all widths interleaved at each length. CUDA is synchronized around each timing.
+    The runner's cache must be empty before and is empty after.
+    """
+    if runner.past_len != 0:
+        raise ValueError(f"measuring needs a runner with an empty cache, this one holds {runner.past_len} tokens")
+    top = max(kv_lengths) + repeats
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and top + max(widths) > limit:
+        raise ValueError(f"a KV length of {max(kv_lengths)} plus {repeats} repeats and a {max(widths)}-token step "
+                         f"exceeds the model's {limit} positions (max_position_embeddings)")
+    device, vocab = next(model.parameters()).device, model.get_input_embeddings().num_embeddings
+    runner.prefill(torch.arange(top + 1) % vocab, DecodeStats())  # caches `top` tokens
+    plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
+    samples = [[[] for _ in widths] for _ in kv_lengths]
+    done, total = 0, len(plan) * len(widths)
+    for length, row in plan:
+        for j, q in enumerate(widths):
+            seconds = _timed_step(runner, device, length, torch.arange(q) % vocab)
+            if row is not None:
+                samples[row][j].append(seconds)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    _empty(runner)
+    return [[statistics.median(times) for times in row] for row in samples]
+
+
+def _timed_step(runner, device: torch.device, length: int, ids: torch.Tensor) -> float:
+    """Roll the cache back to `length` tokens, then time one forward pass over `ids`."""
+    # keep the first length-1 entries plus entry length-1 itself: a one-token commit, which every runner takes
+    runner.commit(length - 1, torch.tensor([0]))
+    allowed = torch.ones(ids.shape[0], ids.shape[0], dtype=torch.bool).tril_()  # (q, q) causal
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    runner.forward(ids, allowed=allowed)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _empty(runner) -> None:
+    """Forget the cache: a static cache's `reset`, else a commit that keeps nothing."""
+    if hasattr(runner, "reset"):
+        runner.reset()
+    else:
+        runner.commit(0, torch.zeros(0, dtype=torch.long))
+
+
+def describe(model: torch.nn.Module, runner) -> str:
+    """What a measurement depends on: model, parameters, device, dtype, CPU threads, runner and its kernels."""
+    config, param = model.config, next(model.parameters())
+    name = getattr(config, "name_or_path", "") or type(model).__name__
+    name = Path(name).name if Path(name).is_dir() else name  # a local folder: its name, not this machine's path
+    params = sum(p.numel() for p in model.parameters())
+    threads = f", {torch.get_num_threads()} torch threads" if param.device.type == "cpu" else ""
+    details = []
+    if hasattr(runner, "kernels"):
+        details.append("sdpa=" + ("+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default"))
+    if hasattr(runner, "compile_mode"):  # a static runner: every step attends over all max_length slots
+        details += [f"compile_mode={runner.compile_mode}", f"max_length={runner.max_length}"]
+    kind, dtype = f"{type(runner).__name__}({', '.join(details)})", str(param.dtype).removeprefix("torch.")
+    return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {param.device} {dtype}{threads}, {kind}"
+
+
+def processor(device: torch.device) -> str:
+    """The processor a timing ran on: the GPU's name, or the CPU's model name (from /proc/cpuinfo where there is one)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # no /proc (macOS, Windows)
+        pass
+    return platform.processor() or platform.machine()
