@@ -170,10 +170,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"prompt: {args.prompt!r} ({prompt.shape[1]} tokens); lookahead W={config.window_size} N={config.ngram_size} "
           f"G={config.max_candidates}: up to {config.max_step_tokens()} tokens per step", flush=True)
     print("[1/2] this machine's step cost t(q, kv), where adaptive_decode keeps it ...", end=" ", flush=True)
-    known, start = len(CostCache.default()), time.perf_counter()
-    decoder = AdaptiveDecoder(model)  # exactly what adaptive_decode(model, ...) builds on every call
-    cache, cost = decoder.cost_cache, decoder.cost
-    how = "measured now" if len(cache) > known else "read"
+    cache, start = CostCache.default(), time.perf_counter()
+    known = len(cache)
+    decoder = AdaptiveDecoder(model, cache=cache)  # what adaptive_decode(model, ...) builds: the default cache
+    cost, how = decoder.cost, "measured now" if len(cache) > known else "read"
     print(f"{how} in {time.perf_counter() - start:.1f} s ({cache.path})")
     print(f"[2/2] greedy, lookahead and adaptive decoding, a warm-up then {args.repeats} interleaved rounds", flush=True)
     learned: dict[int, DraftPolicy] = {}  # id(result) -> the policy of the adaptive call that returned it

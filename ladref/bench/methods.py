@@ -5,15 +5,16 @@
   over a static cache, compiled once (CUDA graphs on CUDA, frozen max-autotune Inductor on a
   CPU); ``compiled_adaptive``: `ladref.CompiledAdaptiveDecoder`, adaptive decoding over static
   runners of the widths 1, 2, 4, ..., 64, each compiled once, each runner's cost curve measured
-  through it (once per machine: kept in the user's cost cache). Every compiled row keeps a static cache of `SHORT_CACHE` slots for the prompts that
-  fit in it and one sized for the longest prompt (a compiled step attends over all its slots);
+  through it (once per machine: kept in the user's cost cache). Every compiled row keeps a
+  static cache of `SHORT_CACHE` slots for the prompts that fit in it and one sized for the
+  longest prompt (a compiled step attends over all its slots);
 * ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
   matrix kept across the benchmark's prompts, the paper's warm start), ``adaptive`` (a plain
   ``adaptive_decode`` call per prompt, as a user makes it: the cost curve comes from the user's
-  cost cache, measured in the set-up when it is not there yet), ``draft_all`` (`ladref.draft_decode` with
-  adaptive decoding's sources, prompt lookup + lookahead 7/4/7 + Token Recycling, all fed every
+  cost cache, measured in the set-up when it is not there yet), ``draft_all``
+  (`ladref.draft_decode` with adaptive decoding's sources, prompt lookup + lookahead 7/4/7 + Token Recycling, all fed every
   step: the tokens per step of every source together): the tree decoders of `ladref`;
 * ``generate``, ``generate_static``, ``hf_plookup``: transformers' ``generate()`` greedy, with a
   static cache (which transformers compiles itself on CUDA), and transformers' prompt lookup
