@@ -130,10 +130,10 @@ class AdaptiveDecoder:
         self.calibrate = cost is None if calibrate is None else bool(calibrate)
         self.cost_cache: CostCache | None = None
         self.widths = getattr(runner, "widths", None)
-        if cache is not None and not isinstance(cache, CostCache):
-            raise TypeError(f"cache must be a ladref.cost.CostCache, got {type(cache).__name__}")
+        if cache is not None:
+            CostCache.given(cache)  # checked even when `cost` makes it unused
         if cost is None:  # measured at the runner's widths when it has them (the only ones it can take)
-            self.cost_cache = CostCache.default() if cache is None else cache
+            self.cost_cache = CostCache.given(cache)
             cost = self.cost_cache.get(model, runner, widths=self.widths, kv_lengths=kv_lengths_for(model, runner),
                                        attention_backend=attention_backend)
         self.cost, self.keep_learning = cost, keep_learning

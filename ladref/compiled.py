@@ -208,10 +208,7 @@ class CompiledAdaptiveDecoder:
         lengths = check_max_lengths(max_lengths)
         self.widths = check_widths(widths, lengths[0])
         self.mode = resolve_mode(mode, next(model.parameters()).device)
-        if cache is not None and not isinstance(cache, CostCache):
-            raise TypeError(f"cache must be a ladref.cost.CostCache, got {type(cache).__name__}")
-        self.model, self.attention_backend = model, attention_backend
-        self.cost_cache = CostCache.default() if cache is None else cache
+        self.model, self.attention_backend, self.cost_cache = model, attention_backend, CostCache.given(cache)
         self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=compile_dir)
                         for m in lengths]
         self.decoders: list[AdaptiveDecoder] = []

@@ -274,6 +274,19 @@ class CostCache:
             cache.path = path
             return cache
 
+    @classmethod
+    def given(cls, cache: object) -> CostCache:
+        """A decoder's `cache` argument: the cache itself, or the user's (`default`) when it is None.
+
+        Raises:
+            TypeError: anything else than a CostCache or None.
+        """
+        if cache is None:
+            return cls.default()
+        if not isinstance(cache, CostCache):
+            raise TypeError(f"cache must be a ladref.cost.CostCache, got {type(cache).__name__}")
+        return cache
+
     def __len__(self) -> int:
         return len(self.models)
 
