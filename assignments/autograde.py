@@ -1,23 +1,28 @@
-"""Grade ladref submissions task by task: partial credit, timeouts, a Gradescope results.json.
+"""Grade ladref submissions task by task: verdicts the submission cannot write, a Gradescope results.json.
 
-    python assignments/autograde.py [TASK ...]                        # this folder's own ladref
-    python assignments/autograde.py --student DIR [--results FILE] [--summary FILE]
-    python assignments/autograde.py --submissions DIR --out GRADES    # one sub-folder per student
+    python assignments/autograde.py --student DIR [--results FILE] [--summary FILE] [TASK ...]
+    python assignments/autograde.py --submissions DIR --out GRADES      # one sub-folder per student
+    python assignments/autograde.py [TASK ...]                          # a student copy: self-check
 
-Each task is graded on its own, in a subprocess: a temporary package made of the reference's
-``ladref/`` with the submission's file for that task (`tasks.Task.module`) copied over it, tested
-by the reference's tests carrying the task's marker, the public ones (``tests/``) and, where the
-folder has them, the hidden ones (``hidden/``, parametrized with cases recorded from the reference
-by ``hidden/cases.py`` once per run). So a mistake in one task never costs points in another, and
-a student cannot edit the tests. In a student copy (no hidden tests, the "reference" is the
-copy itself) the same command is a self-check on the public tests.
+Grading (the reference repository, with its ``assignments/hidden/`` probes): each task runs in a
+process of its own, confined by ``confine.py`` (a time limit, every process it started killed
+before the next task, as the unprivileged user "nobody" when the grader is root). That process
+holds a fresh package written from the reference read into memory at the start, with the
+submission's file for the task (`tasks.Task.module`) copied in, and calls the task's probes
+(``hidden/task1_k.py``) on cases drawn in the reference's own run. It sends back the answers
+as data; the grader compares them with the reference's answers in its own process. The expected
+answers never reach the submission's process, nothing that process writes is a verdict, and
+results.json is written by the grader after every process of the submission is gone.
 
-Scoring: a task's points are split over its test groups (one per test function, weighted by
-``@pytest.mark.points``); a group earns its share times the fraction of its tests (its
-parametrizations) that passed. A file that does not import (SyntaxError, ImportError), a missing
-file or a run killed at ``--task-timeout`` before its tests were collected scores the task 0
-with the error shown; a test running past ``--test-timeout`` fails, the rest of its test function's
-cases fail unrun, and the run goes on. Submitted code runs unsandboxed: grade in a container.
+Scoring: a task's points are split over its probe groups by weight; a group earns its share times
+the fraction of its cases whose answer equals the reference's. Visible groups draw small cases
+anew for every run (``--seed`` fixes them) and are shown at once; hidden groups (deeper, wider
+cases) are shown after the due date. A file that does not import, a missing file or a run past
+its time scores the task 0 with the reason; a case running past ``--test-timeout`` fails and the
+rest of its group is not run; a submission gets ``--budget`` seconds for all its tasks.
+
+Self-check (a student copy, which has no probes, or ``--public-only``): the public tests, run
+with pytest (`selfcheck.py`); feedback, never a grade, since the tests share the code's process.
 
 Exit status: 0 when every graded task got full marks, 1 otherwise.
 """
@@ -25,277 +30,189 @@ Exit status: 0 when every graded task got full marks, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import signal
-import subprocess
+import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from grades import Grade, GroupGrade, TaskGrade  # noqa: E402
 from report import points, summary, write_results  # noqa: E402
-from tasks import TASKS, Task, marked_files, task_by_marker  # noqa: E402
+from selfcheck import check, submitted_file  # noqa: E402
+from tasks import TASKS, Task, answered, answers_file, task_by_marker  # noqa: E402
 
 ROOT = HERE.parent
-TEST_TIMEOUT_S = 60.0
-TASK_TIMEOUT_S = 600.0
-# for the grading processes only: no .pyc files in the graded folders, and one torch thread (the
-# tests' models are tiny, and several threads per process oversubscribe a small machine)
-QUIET_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+CASE_TIMEOUT_S = 10.0
+TASK_TIMEOUT_S = 120.0
+BUDGET_S = 540.0  # per submission: five looping tasks still end well inside Gradescope's limits
 
 
-@dataclass
-class GroupGrade:
-    """One test function of a task (all its parametrizations and examples).
+def record_expected(snapshot, markers: list[str], seed: int, work: Path, timeout: float = 600.0) -> dict:
+    """The reference's cases and answers: {task: {group: {"points", "visible", "cases", "expected": {id: answer}}}}."""
+    from sandbox import run_probes
 
-    Attributes:
-        name: "test_file.py::test_function".
-        weight: its points marker (default 1).
-        hidden: True for a hidden test (recorded from the reference, never shipped).
-        outcomes: node id -> (outcome, message), outcome "passed", "failed" or "skipped".
-    """
-
-    name: str
-    weight: int
-    hidden: bool
-    outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-    @property
-    def fraction(self) -> Fraction:
-        """Passed tests over graded ones (skips do not count either way)."""
-        graded = [o for o, _ in self.outcomes.values() if o != "skipped"]
-        return Fraction(graded.count("passed"), len(graded)) if graded else Fraction(0)
-
-    @property
-    def failures(self) -> list[tuple[str, str]]:
-        return [(nodeid, message) for nodeid, (outcome, message) in self.outcomes.items() if outcome == "failed"]
+    recorded = {}
+    for marker in markers:
+        run = work / f"reference-{marker}"
+        snapshot.write(run)
+        records, errors, timed_out = run_probes(run, marker, {"seed": seed, "cases": None, "case_timeout": timeout}, timeout, None)
+        groups = next((r["groups"] for r in records if "groups" in r), None)
+        failed = [r for r in records if "error" in r]
+        if groups is None or failed or timed_out:
+            raise RuntimeError(f"the reference's own run of the {marker} probes failed: {failed[:1]}\n{errors}")
+        for record in records:
+            if "got" in record:
+                groups[record["group"]].setdefault("expected", {})[record["id"]] = record["got"]
+        recorded[marker] = groups
+    return recorded
 
 
-@dataclass
-class TaskGrade:
-    """The verdict on one task.
+def verdicts(task: Task, groups: dict, records: list[dict]) -> list[GroupGrade]:
+    """Compare the submission's answers with the reference's, case by case (unanswered cases fail)."""
+    from compare import feedback, first_difference
 
-    Attributes:
-        task: the `Task`.
-        groups: its test groups with their outcomes (empty when it could not be tested).
-        error: why the task could not be tested (it then scores 0), else None.
-        seconds: how long its run took.
-    """
-
-    task: Task
-    groups: list[GroupGrade]
-    error: str | None = None
-    seconds: float = 0.0
-
-    @property
-    def total_weight(self) -> int:
-        return sum(g.weight for g in self.groups)
-
-    def group_points(self, group: GroupGrade) -> tuple[Fraction, Fraction]:
-        """(earned, possible) points of one group."""
-        possible = Fraction(self.task.points * group.weight, self.total_weight)
-        return possible * group.fraction, possible
-
-    @property
-    def score(self) -> Fraction:
-        if self.error or not self.groups:
-            return Fraction(0)
-        return sum((self.group_points(g)[0] for g in self.groups), Fraction(0))
-
-    @property
-    def passed(self) -> bool:
-        return self.score == self.task.points
+    answers = {}
+    for record in records:
+        key = (record.get("group"), record.get("id"))
+        if key not in answers and ("got" in record or "error" in record):
+            answers[key] = record
+    graded = []
+    for name, group in groups.items():
+        grade = GroupGrade(name, group["points"], not group["visible"])
+        unrun = "not run: the process ended first"
+        for case in group["cases"]:
+            expected, answer = group["expected"][case["id"]], answers.get((name, case["id"]))
+            if answer is None:
+                grade.outcomes[case["id"]] = ("failed", feedback(name, case, expected, error=unrun))
+            elif "error" in answer:
+                grade.outcomes[case["id"]] = ("failed", feedback(name, case, expected, error=str(answer["error"])))
+                if "s limit (an endless loop?)" in str(answer["error"]):
+                    unrun = "not run: an earlier case of this group ran past the time limit"
+            elif first_difference(expected, answer["got"]) is None:
+                grade.outcomes[case["id"]] = ("passed", "")
+            else:
+                grade.outcomes[case["id"]] = ("failed", feedback(name, case, expected, answer["got"]))
+        graded.append(grade)
+    return graded
 
 
-@dataclass
-class Grade:
-    """The verdict on one submission.
+def grade_task(task: Task, student: Path, snapshot, expected: dict, work: Path, *, timeout: float, case_timeout: float,
+               sandbox_user: str | None) -> TaskGrade:
+    """Grade one task of `student` (see the module docstring)."""
+    from sandbox import run_probes
 
-    Attributes:
-        submission: the folder graded.
-        tasks: one `TaskGrade` per graded task.
-        hidden: whether hidden tests were run (False: public tests only, a self-check).
-        seconds: the whole run's duration.
-    """
-
-    submission: Path
-    tasks: list[TaskGrade]
-    hidden: bool
-    seconds: float = 0.0
-
-    @property
-    def score(self) -> Fraction:
-        return sum((t.score for t in self.tasks), Fraction(0))
-
-    @property
-    def max_score(self) -> int:
-        return sum(t.task.points for t in self.tasks)
-
-    @property
-    def passed(self) -> dict[str, bool]:
-        """Task marker -> full marks."""
-        return {t.task.marker: t.passed for t in self.tasks}
-
-    @property
-    def failed_tasks(self) -> set[str]:
-        return {marker for marker, ok in self.passed.items() if not ok}
-
-
-def submitted_file(submission: Path, module: str) -> Path | None:
-    """The submission's copy of `module` ("ladref/masks.py"): at that path, at the top, or one level down."""
-    for candidate in (submission / module, submission / Path(module).name):
-        if candidate.is_file():
-            return candidate
-    found = sorted(submission.glob(f"*/{module}"))
-    return found[0] if len(found) == 1 else None
-
-
-def record_hidden_cases(reference: Path, out: Path) -> Path | None:
-    """Run the reference's ``hidden/cases.py`` into `out`; None when the folder has no hidden tests."""
-    script = reference / "assignments" / "hidden" / "cases.py"
-    if not script.is_file():
-        return None
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(reference), str(reference / "tests")]), **QUIET_ENV)
-    proc = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"recording the hidden cases from the reference failed:\n{proc.stdout}{proc.stderr}")
-    return out
-
-
-def run_pytest(cmd: list[str], cwd: Path, env: dict, timeout: float) -> tuple[int | None, str]:
-    """Run pytest in its own process group; on timeout kill the whole group. Returns (exit code or None, output)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, output
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        return None, output
-
-
-def read_report(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
-def task_grade(task: Task, records: list[dict], hidden_files: set[str], timed_out: float | None) -> TaskGrade:
-    """Turn the plugin's records of one run into a `TaskGrade`."""
-    errors = [r for r in records if "collect_error" in r]
-    collected = next((r["collected"] for r in records if "collected" in r), None)
-    if errors:  # every test file imports ladref: the first error says it all
-        last = [line for line in errors[0]["message"].splitlines() if line.strip()][-6:]
-        return TaskGrade(task, [], f"the submitted code does not import ({errors[0]['collect_error']} could not be loaded):\n"
-                         + "\n".join(last))
-    if collected is None:
-        why = f"the run was stopped at the {timed_out:g} s limit before its tests started" if timed_out else "pytest did not start"
-        return TaskGrade(task, [], why)
-    outcomes: dict[str, tuple[str, str]] = {}
-    for r in records:
-        if "outcome" in r and outcomes.get(r["nodeid"], ("",))[0] != "failed":  # a failure anywhere sticks
-            outcomes[r["nodeid"]] = (r["outcome"], r.get("message", ""))
-    started = [r["started"] for r in records if "started" in r]
-    if timed_out and started and started[-1] not in outcomes:
-        outcomes[started[-1]] = ("failed", f"the task's run was stopped at its {timed_out:g} s limit here")
-    groups: dict[str, GroupGrade] = {}
-    for item in collected:
-        if task.marker in item["tasks"]:
-            hidden = item["group"].split("::")[0] in hidden_files
-            group = groups.setdefault(item["group"], GroupGrade(item["group"], item["points"], hidden))
-            group.outcomes[item["nodeid"]] = outcomes.get(item["nodeid"], ("failed", "not run"))
-    if not groups:
-        return TaskGrade(task, [], f"no test carries the marker {task.marker}")
-    return TaskGrade(task, list(groups.values()))
-
-
-def grade_task(task: Task, student: Path, reference: Path, cases: Path | None, work: Path, *,
-               test_timeout: float = TEST_TIMEOUT_S, task_timeout: float = TASK_TIMEOUT_S,
-               pytest_args: list[str] | None = None) -> TaskGrade:
-    """Grade one task of `student` against the reference's other files and tests (see the module doc)."""
     start = time.perf_counter()
     source = submitted_file(student, task.module)
     if source is None:
-        return TaskGrade(task, [], f"the submission has no {task.module}")
-    package = work / task.marker
-    shutil.copytree(reference / "ladref", package / "ladref", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(source, package / task.module)
-    tests = marked_files(reference / "tests", [task.marker])
-    hidden = marked_files(reference / "assignments" / "hidden", [task.marker]) if cases else []
-    report = work / f"{task.marker}.jsonl"
-    cmd = [
-        sys.executable, "-m", "pytest", *map(str, tests + hidden), "-c", str(reference / "pyproject.toml"),
-        "--rootdir", str(reference), "--confcutdir", str(reference / "tests"), "-o", "pythonpath=", "-o", "addopts=",
-        "-p", "no:cacheprovider", "-p", "grading_plugin", "--grading-report", str(report), "-m", task.marker, "-q",
-        "--hypothesis-profile=grading", "--test-timeout", str(test_timeout), *(["--hidden-cases", str(cases)] if cases else []),
-        *(pytest_args or []),
-    ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, [package, HERE, reference / "tests"])), **QUIET_ENV)
-    code, output = run_pytest(cmd, work, env, task_timeout)
-    records = read_report(report)
-    origin = next((r["ladref"] for r in records if "ladref" in r), None)
-    if origin is not None and package.resolve() not in Path(origin).resolve().parents:
-        raise RuntimeError(f"the tests imported ladref from {origin}, not from the graded package {package}")
-    result = task_grade(task, records, {p.name for p in hidden}, None if code is not None else task_timeout)
-    if result.error and not records:  # pytest itself failed: show why
-        result.error += "\n" + output[-2000:]
-    result.error = result.error and result.error.replace(str(package), str(student))
-    result.seconds = time.perf_counter() - start
+        return TaskGrade(task, [], f"the submission has no {task.module} (nor {Path(task.module).name} at its top)")
+    run = work / task.marker
+    snapshot.write(run, task.module, source)
+    groups = expected[task.marker]
+    request = {"seed": None, "case_timeout": case_timeout, "cases": {name: g["cases"] for name, g in groups.items()}}
+    records, errors, timed_out = run_probes(run, task.marker, request, timeout, sandbox_user)
+    seconds = time.perf_counter() - start
+    if not any("imported" in r for r in records):
+        why = (f"the submitted code did not finish importing within the task's {timeout:g} s" if timed_out
+               else "the submitted code does not import:\n" + "\n".join(errors.strip().splitlines()[-8:]))
+        return TaskGrade(task, [], why, seconds)
+    graded = verdicts(task, groups, records)
+    if timed_out:
+        for group in graded:
+            for case, (outcome, message) in group.outcomes.items():
+                if "not run" in message:
+                    group.outcomes[case] = (outcome, message.replace("the process ended first", f"the task's {timeout:g} s were spent"))
+    return TaskGrade(task, graded, None, seconds)
+
+
+def handed_in(student: Path, task: Task) -> bool:
+    """Whether the submission answers the task's written questions (``answers/task1_k.md``, not left blank)."""
+    for path in (student / answers_file(task), student / Path(answers_file(task)).name, *student.glob(f"*/{answers_file(task)}")):
+        if path.is_file() and answered(path.read_text(errors="replace")):
+            return True
+    return False
+
+
+def grade_submission(student: Path, tasks: list[Task], snapshot, expected: dict, *, budget: float = BUDGET_S,
+                     task_timeout: float = TASK_TIMEOUT_S, case_timeout: float = CASE_TIMEOUT_S,
+                     sandbox_user: str | None = None, seed: int | None = None) -> Grade:
+    """Grade `tasks` of one submission folder against the recorded `expected` answers."""
+    start = time.perf_counter()
+    graded = []
+    with tempfile.TemporaryDirectory(prefix="ladref-grade-") as tmp:
+        for task in tasks:
+            left = budget - (time.perf_counter() - start)
+            if left < 5:
+                graded.append(TaskGrade(task, [], f"not graded: the submission's {budget:g} s were spent on the tasks before it"))
+            else:
+                graded.append(grade_task(task, student, snapshot, expected, Path(tmp), timeout=min(task_timeout, left),
+                                         case_timeout=case_timeout, sandbox_user=sandbox_user))
+            graded[-1].answers = handed_in(student, task)
+    result = Grade(student, graded, True, time.perf_counter() - start, seed=seed)
+    changed = snapshot.tampered()
+    if changed:
+        snapshot.restore(changed)
+        result.notes.append(f"the reference's files changed while this submission ran; restored: {', '.join(changed)}")
     return result
 
 
+def prepare(reference: Path, markers: list[str] | None, seed: int | None, work: Path):
+    """(tasks, snapshot, expected answers, seed): the reference read once and its answers recorded."""
+    from sandbox import Snapshot
+
+    tasks = list(TASKS) if markers is None else [task_by_marker(m) for m in markers]
+    snapshot = Snapshot.read(reference.resolve())
+    missing = [t.marker for t in tasks if t.marker not in snapshot.probe_modules()]
+    if missing:
+        raise FileNotFoundError(f"no probes for {', '.join(missing)} in {reference}/assignments/hidden/")
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    return tasks, snapshot, record_expected(snapshot, [t.marker for t in tasks], seed, work), seed
+
+
 def grade(student: Path = ROOT, markers: list[str] | None = None, *, reference: Path = ROOT, hidden: bool = True,
-          cases: Path | None = None, **options) -> Grade:
+          seed: int | None = None, **options) -> Grade:
     """Grade the tasks `markers` (default: all) of the submission folder `student`.
 
     Args:
         student: a folder with the task files (``ladref/masks.py`` ..., or the files at its top).
         markers: tasks to grade; None means every task.
-        reference: the repository whose ``ladref/``, tests and hidden tests grade it.
-        hidden: run the hidden tests when the reference has them.
-        cases: hidden cases already recorded (by `record_hidden_cases`); recorded here if None.
-        **options: test_timeout, task_timeout (seconds), pytest_args (extra pytest arguments).
+        reference: the repository whose files and probes grade it.
+        hidden: grade with the probes when the reference has them; False: the public self-check.
+        seed: the seed of the visible groups' cases (None: drawn at random).
+        **options: for grading, budget, task_timeout, case_timeout (seconds) and sandbox_user;
+            for the self-check, test_timeout, task_timeout and pytest_args.
 
     Returns:
         The `Grade`.
     """
-    start = time.perf_counter()
-    tasks = list(TASKS) if markers is None else [task_by_marker(m) for m in markers]
-    student, reference = student.resolve(), reference.resolve()
+    student = student.resolve()
     if not student.is_dir():
         raise FileNotFoundError(f"no submission folder {student}")
-    with tempfile.TemporaryDirectory(prefix="ladref-grade-") as tmp:
-        work = Path(tmp)
-        if hidden and cases is None:
-            cases = record_hidden_cases(reference, work / "hidden_cases.json")
-        cases = cases if hidden else None
-        graded = [grade_task(task, student, reference, cases, work, **options) for task in tasks]
-    return Grade(student, graded, cases is not None, time.perf_counter() - start)
+    if not hidden or not (reference / "assignments" / "hidden").is_dir():
+        return check(student, list(TASKS) if markers is None else [task_by_marker(m) for m in markers], reference.resolve(), **options)
+    with tempfile.TemporaryDirectory(prefix="ladref-reference-") as tmp:
+        tasks, snapshot, expected, seed = prepare(reference, markers, seed, Path(tmp))
+    return grade_submission(student, tasks, snapshot, expected, seed=seed, **options)
 
 
-def grade_folder(submissions: Path, out: Path, markers: list[str] | None, *, reference: Path = ROOT, hidden: bool = True,
-                 cases: Path | None = None, **options) -> list[Grade]:
-    """Grade every sub-folder of `submissions` (hidden cases recorded once, unless given); write
+def grade_folder(submissions: Path, out: Path, markers: list[str] | None, *, reference: Path = ROOT, seed: int | None = None,
+                 **options) -> list[Grade]:
+    """Grade every sub-folder of `submissions` (the reference's answers recorded once); write
     OUT/<name>/results.json, OUT/<name>/summary.txt and OUT/grades.csv."""
-    folders = sorted(p for p in submissions.iterdir() if p.is_dir())
+    folders = sorted(p for p in submissions.iterdir() if p.is_dir()) if submissions.is_dir() else []
     if not folders:
         raise FileNotFoundError(f"{submissions} holds no submission folders")
-    with tempfile.TemporaryDirectory(prefix="ladref-cases-") as tmp:
-        if hidden and cases is None:
-            cases = record_hidden_cases(reference, Path(tmp) / "cases.json")
-        grades = []
-        for folder in folders:
-            grade_ = grade(folder, markers, reference=reference, cases=cases, hidden=hidden and cases is not None, **options)
-            write_results(grade_, out / folder.name / "results.json", out / folder.name / "summary.txt")
-            print(f"{folder.name}: {points(grade_.score)} / {grade_.max_score}")
-            grades.append(grade_)
-    rows = ["submission," + ",".join(t.task.marker for t in grades[0].tasks) + ",total"]
+    with tempfile.TemporaryDirectory(prefix="ladref-reference-") as tmp:
+        tasks, snapshot, expected, seed = prepare(reference, markers, seed, Path(tmp))
+    grades = []
+    for folder in folders:
+        result = grade_submission(folder, tasks, snapshot, expected, seed=seed, **options)
+        write_results(result, out / folder.name / "results.json", out / folder.name / "summary.txt")
+        print(f"{folder.name}: {points(result.score)} / {result.max_score}" + "".join(f"\n  note: {n}" for n in result.notes))
+        grades.append(result)
+    rows = ["submission," + ",".join(t.marker for t in tasks) + ",total"]
     rows += [f"{g.submission.name}," + ",".join(points(t.score) for t in g.tasks) + f",{points(g.score)}" for g in grades]
     (out / "grades.csv").write_text("\n".join(rows) + "\n")
     return grades
@@ -311,20 +228,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, help="write Gradescope's results.json here")
     parser.add_argument("--summary", type=Path, help="write the plain summary here")
     parser.add_argument("--reference", type=Path, default=ROOT, help="the repository that grades (default: %(default)s)")
-    parser.add_argument("--public-only", action="store_true", help="skip the hidden tests")
-    parser.add_argument("--test-timeout", type=float, default=TEST_TIMEOUT_S, help="seconds per test (default: %(default)s)")
+    parser.add_argument("--public-only", action="store_true", help="the self-check: public tests only, no probes")
+    parser.add_argument("--seed", type=int, help="seed of the visible groups' cases (default: a new one per run)")
+    parser.add_argument("--test-timeout", type=float, help=f"seconds per case (default {CASE_TIMEOUT_S:g}; self-check: per test, 60)")
     parser.add_argument("--task-timeout", type=float, default=TASK_TIMEOUT_S, help="seconds per task (default: %(default)s)")
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds per submission (default: %(default)s)")
+    parser.add_argument("--sandbox-user", default=None, help="run submitted code as this user (default: nobody when root)")
     args, extra = parser.parse_known_args(argv)
-    options = dict(reference=args.reference, hidden=not args.public_only, test_timeout=args.test_timeout,
-                   task_timeout=args.task_timeout, pytest_args=[a for a in extra if a != "--"])
+    hidden = not args.public_only and (args.reference / "assignments" / "hidden").is_dir()
+    if hidden:
+        from sandbox import default_sandbox_user
+
+        options = dict(budget=args.budget, task_timeout=args.task_timeout, case_timeout=args.test_timeout or CASE_TIMEOUT_S,
+                       sandbox_user=args.sandbox_user or default_sandbox_user(), seed=args.seed)
+    else:
+        options = dict(task_timeout=args.task_timeout, test_timeout=args.test_timeout or 60.0, pytest_args=[a for a in extra if a != "--"])
     markers = args.tasks or None
     if args.submissions is not None:
         if args.out is None:
             parser.error("--submissions needs --out")
-        grades = grade_folder(args.submissions, args.out, markers, **options)
+        grades = grade_folder(args.submissions, args.out, markers, reference=args.reference, **options) if hidden else None
+        if grades is None:
+            parser.error("--submissions needs the reference's probes (assignments/hidden/)")
         print(f"results in {args.out} (grades.csv, and results.json + summary.txt per submission)")
         return 0 if all(g.score == g.max_score for g in grades) else 1
-    result = grade(args.student, markers, **options)
+    result = grade(args.student, markers, reference=args.reference, hidden=hidden, **options)
     write_results(result, args.results, args.summary)
     print(summary(result), end="")
     return 0 if result.score == result.max_score else 1

@@ -1,4 +1,4 @@
-"""pytest plugin used by the autograder: records what ran, enforces a per-test timeout, feeds hidden cases.
+"""pytest plugin of the self-check (`selfcheck.py`): records what ran and enforces a per-test timeout.
 
 Loaded with ``-p grading_plugin --grading-report PATH``. As the run goes it appends JSON lines
 to PATH (so that a run killed at the overall timeout still tells what it had done):
@@ -14,12 +14,9 @@ Node ids are shortened to ``file::test`` (they depend on the rootdir); a test's 
 points the ``@pytest.mark.points(n)`` value (default 1).
 
 ``--test-timeout S`` fails any test whose body runs longer than S seconds (SIGALRM, on the
-platforms that have it), with a `TestTimeout` that Hypothesis does not retry. ``--hidden-cases
-FILE`` parametrizes tests that take a ``case`` argument with the cases recorded from the
-reference (``hidden/cases.py``), under the key ``test_file_stem::function``; a test that
-parametrizes ``case`` itself (``@pytest.mark.parametrize("case", ...)``) keeps its own cases.
+platforms that have it), with a `TestTimeout` that Hypothesis does not retry.
 
-It also registers the Hypothesis profile "grading" (the autograder's default): the tests' quick
+It also registers the Hypothesis profile "grading" (the self-check's default): the tests' quick
 settings without the shrink phase, since shrinking an unimplemented function's failure only
 costs time (run pytest yourself to see a minimal failing example).
 """
@@ -55,7 +52,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grading")
     group.addoption("--grading-report", default=None, help="append what ran, as JSON lines, to this file")
     group.addoption("--test-timeout", type=float, default=None, help="fail a test whose body runs longer (seconds)")
-    group.addoption("--hidden-cases", default=None, help="JSON file of hidden cases recorded from the reference")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,28 +62,6 @@ def pytest_configure(config: pytest.Config) -> None:
     timeout = config.getoption("--test-timeout")
     if timeout and hasattr(signal, "setitimer"):
         config.pluginmanager.register(Timeout(timeout), "grading-timeout")
-
-
-def parametrizes_case(metafunc: pytest.Metafunc) -> bool:
-    """True when the test itself parametrizes its ``case`` argument (a public test's own cases)."""
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
-        if "case" in ([n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)):
-            return True
-    return False
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "case" not in metafunc.fixturenames or parametrizes_case(metafunc):
-        return
-    path = metafunc.config.getoption("--hidden-cases")
-    if path is None:
-        raise pytest.UsageError("hidden tests need --hidden-cases FILE: run them through assignments/autograde.py")
-    key = f"{Path(str(metafunc.definition.fspath)).stem}::{metafunc.function.__name__}"
-    cases = json.loads(Path(path).read_text())["cases"].get(key)
-    if not cases:
-        raise pytest.UsageError(f"{path} has no cases for {key}; record them again (hidden/cases.py)")
-    metafunc.parametrize("case", cases, ids=[c["id"] for c in cases])
 
 
 def short(nodeid: str) -> str:

@@ -21,12 +21,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from tasks import TASKS, Task, marked_files, task_by_marker, work_order  # noqa: E402
+from tasks import QUESTIONS, TASKS, Task, answers_file, marked_files, task_by_marker, work_order  # noqa: E402
 
 REPO = HERE.parent
 PROSE = HERE / "handouts"
 REQUIRED_SECTIONS = ("Goal", "The paper's rule", "Specification", "Hints", "Written questions")
-INSTALL = 'python -m pip install -c constraints.txt -e ".[dev]"'
+INSTALL = 'python -m pip install -c constraints.txt -e ".[student]"'  # the package, pytest and Hypothesis only
 
 
 def student_commands(task: Task | None = None) -> list[tuple[str, str]]:
@@ -55,6 +55,30 @@ def prose(task: Task) -> dict[str, str]:
     if tuple(sections) != REQUIRED_SECTIONS:
         raise ValueError(f"{path.name} must have the sections {REQUIRED_SECTIONS} in that order, has {tuple(sections)}")
     return sections
+
+
+def written_questions(task: Task) -> list[str]:
+    """The task's written questions, each on one line without its number (from its handout's prose)."""
+    text = prose(task)["Written questions"]
+    items = [" ".join(item.split()) for item in re.split(r"^\d+\. ", text, flags=re.M)[1:]]
+    if len(items) != QUESTIONS:
+        raise ValueError(f"{task.marker}.md must ask {QUESTIONS} numbered written questions, asks {len(items)}")
+    return items
+
+
+def questions_note(task: Task) -> str:
+    """The line above a task's written questions: where the answers go, and their points."""
+    return f"Write your answers in `{answers_file(task)}` ({task.question_points} points, graded by hand)."
+
+
+def answers_template(task: Task) -> str:
+    """The answers file a student copy starts with: each question as a heading, an empty answer under it."""
+    each = task.question_points // QUESTIONS
+    parts = [f"# Task {task.number}: answers to the written questions",
+             f"Write each answer under its question ({task.question_points} points, graded by hand). "
+             "Hand this file in with your code."]
+    parts += [f"## {number}. {question} ({each} points)\n\n" for number, question in enumerate(written_questions(task), 1)]
+    return "\n\n".join(parts)
 
 
 def public_checks(task: Task, tests: Path) -> list[tuple[str, str]]:
@@ -113,14 +137,17 @@ def render_handout(task: Task, tests: Path = REPO / "tests", level: int = 1, htm
         "## Hints", text["Hints"],
         "## Check your work", f"From the folder that holds `ladref/`:\n\n```bash\n{commands}\n```",
         "## Grading",
-        f"The task is worth {task.points} points, split over its test groups (one group per test function; a group "
-        "earns its share times the fraction of its cases that pass). The public tests above are one part; hidden tests, "
-        "generated from the reference solution, check the same specification on many more cases. Your "
+        f"The task is worth {task.points} points, split over the autograder's groups of cases: each group calls your "
+        "functions on cases drawn by the reference solution and compares what they return with the reference's answers "
+        "(a group earns its share times the fraction of its cases answered exactly). Visible groups, small cases drawn "
+        "anew at every grading, are shown at once, with the first call that differs; hidden groups (larger, deeper cases) "
+        "after the due date. The public tests above check the same specification: pass them first. Your "
         f"`{task.module}` is graded on its own, with the reference's code for every other file: write the whole task in "
-        "that file. Code that does not import scores 0 for the task, and a test that runs longer than its time limit "
+        "that file. Code that does not import scores 0 for the task, and a call that runs longer than its time limit "
         "fails.",
-        "## Written questions", text["Written questions"],
-        "## Submit", f"Hand in `{task.module}` (or your whole folder: only the task files are graded).",
+        "## Written questions", questions_note(task), text["Written questions"],
+        "## Submit", f"Hand in `{task.module}` and `{answers_file(task)}` (or your whole folder: only the task files "
+        "are run, and the answers are read by hand).",
     ]
     return shift("\n\n".join(parts), level - 1) + "\n"
 
@@ -129,6 +156,13 @@ def overview_table(tasks: list[Task], html: bool = False) -> str:
     """One row per task: number, title, file, points, time (file names unbroken on the site with `html`)."""
     rows = [f"| {t.number} | {t.title} | {code(t.module, html)} | {t.points} | {t.hours} h | {code(t.marker, html)} |" for t in tasks]
     return "| Task | What you build | File | Points | Time | Marker |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
+
+
+def submit_note(tasks: list[Task]) -> str:
+    """How to hand in a student copy: the task files and the answers to the written questions."""
+    files = ", ".join(f"`{t.module}`" for t in tasks) or "the task files"
+    answers = ", ".join(f"`{answers_file(t)}`" for t in tasks) or "one file per task"
+    return f"Hand in the task files ({files}) and the `answers/` folder ({answers}), or this whole folder zipped."
 
 
 def student_readme(tasks: list[Task]) -> str:
@@ -154,11 +188,15 @@ def student_readme(tasks: list[Task]) -> str:
         "command to have it shrunk to a minimal one.",
         "## Rules",
         "* Write each task in its own file (the table above); only those files are graded, each on its own.\n"
-        "* Do not edit the tests: grading uses the original ones, plus hidden tests.\n"
-        "* Work in this order: " + ", ".join(t.number for t in work_order(tasks)) + ". A task's tests run your "
-        "code of the tasks it builds on (its handout says which), so finish those first.",
-        "## Submit",
-        "Hand in the task files (`ladref/...`), or this whole folder zipped.",
+        "* The tests are for you: grading calls your functions on cases of its own and compares the answers with the "
+        "reference's, so editing the tests changes nothing.\n"
+        "* Answer each task's two written questions in `answers/` (one file per task, the questions already "
+        "there as headings); they are graded by hand.",
+        "## The order",
+        "Work in this order: " + ", ".join(t.number for t in work_order(tasks)) + ". A task's tests run your "
+        "code of the tasks it builds on (its handout says which), so finish those first. A test that stops at "
+        "another task's unfinished function says so: its failure names the task to finish first.",
+        "## Submit", submit_note(tasks),
     ]) + "\n"
 
 

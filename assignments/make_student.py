@@ -5,10 +5,11 @@
 OUT receives a self-contained copy of the project in which the functions of the chosen tasks
 (all tasks by default, see `tasks.py`) keep their signature, docstring and numbered step
 comments (as ``# TODO 1. ...`` lines) but have their body replaced by
-``raise NotImplementedError("task1_k: ...")``:
+``raise NotImplementedError("task1_k: ...")`` (naming the tasks whose tests need it first):
 
     OUT/README.md        start here: set-up, the tasks, the commands, how to submit
     OUT/handouts/        one handout per task (goal, rule, spec, hints, points, questions)
+    OUT/answers/         one file per task for the answers to its written questions
     OUT/ladref/          the package, with the chosen bodies removed
     OUT/tests/           the public tests: the test files that carry a task marker, the
                          helpers they import and the data files they read (tests/data/<name>,
@@ -20,7 +21,7 @@ comments (as ``# TODO 1. ...`` lines) but have their body replaced by
     OUT/assignments/     the autograder and the task table
 
 Nothing is hand-copied: bodies are located with `ast` in the reference sources, so the student
-version always matches the current reference. The hidden tests (``assignments/hidden/``), this
+version always matches the current reference. The probes that grade (``assignments/hidden/``), this
 generator and the handouts' sources stay with the instructor.
 """
 
@@ -38,12 +39,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from handouts import render_handout, student_readme  # noqa: E402
-from tasks import TASKS, Task, marked_files, task_by_marker  # noqa: E402
+from handouts import answers_template, render_handout, student_readme  # noqa: E402
+from tasks import TASKS, Task, answers_file, dependents, marked_files, task_by_marker  # noqa: E402
 
 REPO = HERE.parent
 COPIED_FILES = ("pyproject.toml", "constraints.txt")
-ASSIGNMENT_FILES = ("autograde.py", "grading_plugin.py", "report.py", "tasks.py")
+ASSIGNMENT_FILES = ("autograde.py", "grades.py", "selfcheck.py", "grading_plugin.py", "report.py", "tasks.py")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 STEP_COMMENT = re.compile(r"#\s*(\d+)\.\s")  # "# 1. Candidates: ..." (HF-style numbered steps)
 
@@ -55,6 +56,8 @@ ORIGIN_CHECK = '''"""The student copy's pytest set-up: test this folder's ladref
 2. Loads the Hypothesis profile "student": the tests' usual examples, without the shrink phase
    (shrinking a failure of unfinished code reruns the test hundreds of times). To see a minimal
    failing example, run one test with ``--hypothesis-profile=dev``.
+3. When a test of one task fails on another task's unfinished code (its NotImplementedError),
+   adds a line to the failure saying which task to finish first.
 """
 
 import importlib.util
@@ -64,6 +67,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 HERE = Path(__file__).resolve().parent
+TASK_NAMES = __TASK_NAMES__  # marker -> how the README names the task
 
 settings.register_profile("student", max_examples=15, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
                           suppress_health_check=[HealthCheck.too_slow])
@@ -82,6 +86,38 @@ def pytest_configure(config):
         )
     if not config.getoption("--hypothesis-profile", None):
         settings.load_profile("student")
+
+
+def unfinished_task(error):
+    """The task marker a stub's NotImplementedError starts with ("task1_5: implement ..."), else None.
+
+    A group of errors (Hypothesis reports several distinct failures as one) is searched in order.
+    """
+    for inner in getattr(error, "exceptions", ()):
+        found = unfinished_task(inner)
+        if found:
+            return found
+    if not isinstance(error, NotImplementedError):
+        return None
+    marker = str(error).split(":", 1)[0]
+    return marker if marker in TASK_NAMES else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or call.excinfo is None:
+        return
+    needed = unfinished_task(call.excinfo.value)
+    own = [mark.name for mark in item.iter_markers() if mark.name in TASK_NAMES]
+    if needed is None or not own or needed in own:
+        return
+    line = f"{own[0]} needs {TASK_NAMES[needed]} first: finish it, then come back (README: the order)"
+    if hasattr(report.longrepr, "addsection"):
+        report.longrepr.addsection("the order of the tasks", line)
+    else:
+        report.sections.append(("the order of the tasks", line))
 '''
 
 
@@ -134,6 +170,32 @@ def step_comments(lines: list[str], start: int, end: int) -> list[str]:
     return kept
 
 
+def spoken_list(items: list[str]) -> str:
+    """["1.1", "1.3", "1.4"] -> "1.1, 1.3 and 1.4"."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), *items[-1:]]))
+
+
+def stub_message(marker: str, qualname: str) -> str:
+    """The NotImplementedError message of a stub: the task, the function and the tasks that need it.
+
+    For example "task1_5: implement DraftTree.extend (see its docstring); tasks 1.1, 1.3 and 1.4
+    need it first" (from `Task.requires`); a task nothing needs gets no second part.
+    """
+    message = f"{marker}: implement {qualname} (see its docstring)"
+    needing = [task.number for task in dependents(marker)]
+    if len(needing) == 1:
+        message += f"; task {needing[0]} needs it first"
+    elif needing:
+        message += f"; tasks {spoken_list(needing)} need it first"
+    return message
+
+
+def conftest_source() -> str:
+    """The copy's conftest.py: `ORIGIN_CHECK` with every task's name ("task 1.5 (the draft tree and its mask)")."""
+    names = {task.marker: f"task {task.number} ({task.short_title})" for task in TASKS}
+    return ORIGIN_CHECK.replace("__TASK_NAMES__", repr(names), 1)
+
+
 def stub_source(source: str, marker: str, functions: tuple[str, ...]) -> str:
     """`source` with the bodies of `functions` replaced by their step comments and a NotImplementedError.
 
@@ -154,7 +216,7 @@ def stub_source(source: str, marker: str, functions: tuple[str, ...]) -> str:
         start, end = docstring_end(func, qualname), func.end_lineno  # body = lines start+1 .. end
         indent = " " * func.body[1].col_offset
         todos = [f"{indent}{text}\n" for text in step_comments(lines, start, end)]
-        stub = f'{indent}raise NotImplementedError("{marker}: implement {qualname} (see its docstring)")\n'
+        stub = f'{indent}raise NotImplementedError("{stub_message(marker, qualname)}")\n'
         cuts.append((start, end, [*todos, stub]))
     for start, end, stub in sorted(cuts, reverse=True):  # bottom-up keeps line numbers valid
         lines[start:end] = stub
@@ -239,7 +301,7 @@ def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
     for name in COPIED_FILES:
         shutil.copy2(REPO / name, out / name)
     (out / "pyproject.toml").write_text(pinned_pyproject((out / "pyproject.toml").read_text()))
-    (out / "conftest.py").write_text(ORIGIN_CHECK)
+    (out / "conftest.py").write_text(conftest_source())
     (out / "assignments").mkdir()
     for name in ASSIGNMENT_FILES:
         shutil.copy2(HERE / name, out / "assignments" / name)
@@ -247,8 +309,10 @@ def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
         path = out / task.module
         path.write_text(stub_source(path.read_text(), task.marker, task.functions))
     (out / "handouts").mkdir()
+    (out / "answers").mkdir()
     for task in tasks:
         (out / "handouts" / f"{task.marker}.md").write_text(render_handout(task, tests=out / "tests"))
+        (out / answers_file(task)).write_text(answers_template(task))
     (out / "README.md").write_text(student_readme(tasks))
     return tasks
 

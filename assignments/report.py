@@ -4,7 +4,8 @@ Gradescope reads ``/autograder/results/results.json``: a top-level "score" (it o
 of the tests), "tests" as a list of {"name", "score", "max_score", "status", "output",
 "visibility", ...}, and optional "output", "visibility", "stdout_visibility", "execution_time"
 and "extra_data". One test entry is written per test group; hidden groups are shown
-"after_due_date".
+"after_due_date"; the top-level "output", which students see at once, speaks of the visible
+groups only.
 """
 
 from __future__ import annotations
@@ -13,30 +14,53 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
+from tasks import answers_file
+
 
 def points(value: Fraction) -> str:
     return f"{float(value):.2f}".rstrip("0").rstrip(".")
 
 
-def summary(grade) -> str:
-    """The plain report of an `autograde.Grade`: a line per task, its failing test groups, the total."""
-    lines = [f"graded {grade.submission} ({'public and hidden tests' if grade.hidden else 'public tests only'})"]
+def summary(grade, visible_only: bool = False) -> str:
+    """The plain report of a `grades.Grade`: a line per task, its failing groups, the total.
+
+    With `visible_only`, the hidden groups' results are left out (the score of a task with hidden
+    groups is then not shown either: it would tell how the hidden groups went).
+    """
+    kind = "visible and hidden groups" if grade.hidden else "public tests only: a self-check, not a grade"
+    lines = [f"graded {grade.submission} ({kind})"]
     width = max((len(t.task.title) for t in grade.tasks), default=0)
     for t in grade.tasks:
         head = f"  task {t.task.number:<4} {t.task.title:<{width}} {points(t.score):>6} / {t.task.points:<3}"
         if t.error:
             lines += [f"{head} could not be tested", *(f"      {line}" for line in t.error.splitlines()[-12:])]
             continue
-        done = sum(g.fraction == 1 for g in t.groups)
-        lines.append(f"{head} {done} of {len(t.groups)} test groups passed")
-        for g in t.groups:
+        shown = [g for g in t.groups if not (visible_only and g.hidden)]
+        done = sum(g.fraction == 1 for g in shown)
+        if visible_only and len(shown) < len(t.groups):
+            earned = sum((t.group_points(g)[0] for g in shown), Fraction(0))
+            possible = sum((t.group_points(g)[1] for g in shown), Fraction(0))
+            head = f"  task {t.task.number:<4} {t.task.title:<{width}} visible groups {points(earned)} / {points(possible)},"
+            lines.append(f"{head} {done} of {len(shown)} passed (hidden groups: after the due date)")
+        else:
+            lines.append(f"{head} {done} of {len(shown)} test groups passed")
+        if t.answers is not None:
+            lines.append(f"      written answers ({t.task.question_points} points, graded by hand): "
+                         + (f"{answers_file(t.task)} handed in" if t.answers else f"none yet: write them in {answers_file(t.task)}"))
+        for g in shown:
             if g.failures:
                 nodeid, message = g.failures[0]
                 kind = "hidden test" if g.hidden else "test"
+                if grade.hidden:  # a probe group: the first failing call, its arguments, expected and got
+                    lines.append(f"      failed {kind} group {g.name}: {len(g.failures)} of {len(g.outcomes)} cases; the first:")
+                    lines += [f"        {line}" for line in message.splitlines()]
+                    continue
                 reason = message.splitlines()[0][:160] if message else ""
                 where = nodeid if len(g.outcomes) == 1 else f"{g.name}, {len(g.failures)} of {len(g.outcomes)} cases (first: {nodeid.split('::')[-1]})"
                 lines.append(f"      failed {kind} {where}: {reason}")
-    lines.append(f"score: {points(grade.score)} / {grade.max_score}")
+    if not visible_only:
+        lines += [f"note: {note}" for note in grade.notes]
+        lines.append(f"score: {points(grade.score)} / {grade.max_score}")
     return "\n".join(lines) + "\n"
 
 
@@ -51,7 +75,10 @@ def gradescope(grade) -> dict:
             continue
         for i, g in enumerate(t.groups, 1):
             earned, possible = t.group_points(g)
-            output = "\n".join(f"{nodeid}: {message}" for nodeid, message in g.failures[: 1 if g.hidden else 10])
+            output = "\n\n".join(message for _, message in g.failures[:1]) if grade.hidden else \
+                "\n".join(f"{nodeid}: {message}" for nodeid, message in g.failures[:10])
+            if g.failures and grade.hidden:
+                output = f"{len(g.failures)} of {len(g.outcomes)} cases failed; the first:\n{output}"
             tests.append({
                 "name": f"Task {t.task.number} ({t.task.title}): {'hidden: ' if g.hidden else ''}{g.name}",
                 "number": f"{t.task.number}.{i}", "score": round(float(earned), 2), "max_score": round(float(possible), 2),
@@ -61,11 +88,13 @@ def gradescope(grade) -> dict:
     return {
         "score": round(float(grade.score), 2),
         "execution_time": round(grade.seconds),
-        "output": summary(grade),
+        "output": summary(grade, visible_only=True),
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
-        "extra_data": {"max_score": grade.max_score, "tasks": {t.task.marker: round(float(t.score), 2) for t in grade.tasks}},
+        "extra_data": {"max_score": grade.max_score, "tasks": {t.task.marker: round(float(t.score), 2) for t in grade.tasks},
+                       "seed": grade.seed, "notes": grade.notes,
+                       "answers": {t.task.marker: t.answers for t in grade.tasks if t.answers is not None}},
     }
 
 

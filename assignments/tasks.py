@@ -4,7 +4,9 @@ Each task asks the student to write the bodies of some reference functions. Ever
 derived from this table:
 
 * `make_student.py` removes the listed bodies (keeping signatures, docstrings and the numbered
-  step comments as TODOs) and ships the public tests that carry the task's pytest marker;
+  step comments as TODOs, the stub's error naming the tasks that need it first), ships the
+  public tests that carry the task's pytest marker and writes the file for the answers to the
+  written questions (`answers_file`);
 * `handouts.py` renders each task's handout from the facts below plus the prose of
   ``handouts/<marker>.md``;
 * `autograde.py` grades each task with the tests carrying its marker: the public ones in
@@ -19,8 +21,11 @@ To add a task: add a `Task` here, register its marker in ``pyproject.toml``, mar
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+QUESTIONS = 2  # written questions per task (each handout's prose has exactly two)
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,9 @@ class Task:
         requires: markers of the tasks whose code this task's public tests also run (a student
             checking their own copy must finish those first; the autograder grades each task
             with the reference's code for every other file, so nothing is lost twice).
-        points: the task's share of the grade.
+        points: the task's share of the grade (the autograder's 100 points).
+        question_points: the points of the task's two written questions together, half each,
+            graded by hand on top of `points`; the answers go in `answers_file(task)`.
         hours: a time estimate for a student who has read the concepts page, e.g. "2-3".
         solution_tutorials: tutorials that show what the task builds; hand them out only after
             the task's deadline.
@@ -48,13 +55,28 @@ class Task:
     functions: tuple[str, ...]
     requires: tuple[str, ...] = ()
     points: int = 25
+    question_points: int = 4
     hours: str = "2-3"
     solution_tutorials: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Check `question_points` (TypeError: not an int; ValueError: negative or odd)."""
+        qp = self.question_points
+        if isinstance(qp, bool) or not isinstance(qp, int):
+            raise TypeError(f"{self.marker}: question_points must be an int, got {type(qp).__name__}")
+        if qp < 0 or qp % QUESTIONS:
+            raise ValueError(f"{self.marker}: question_points must be >= 0 and split evenly over {QUESTIONS} questions, got {qp}")
 
     @property
     def number(self) -> str:
         """ "task1_4" -> "1.4" (the name students see)."""
         return self.marker.removeprefix("task").replace("_", ".")
+
+    @property
+    def short_title(self) -> str:
+        """The title without its asides in parentheses: "the draft tree (a trie) and its mask" ->
+        "the draft tree and its mask"."""
+        return re.sub(r"\s*\([^()]*\)", "", self.title)
 
 
 TASKS: tuple[Task, ...] = (
@@ -79,9 +101,9 @@ TASKS: tuple[Task, ...] = (
     ),
     Task(
         "task1_3",
-        "greedy verification of a draft tree",
+        "verification of a draft tree (greedy, and by a chooser)",
         "ladref/verify.py",
-        ("verify_greedy",),
+        ("verify_greedy", "verify_chosen"),
         requires=("task1_5",),
         points=15,
         hours="1-2",
@@ -101,7 +123,7 @@ TASKS: tuple[Task, ...] = (
         "task1_5",
         "the draft tree (a trie) and its mask",
         "ladref/tree.py",
-        ("DraftTree.extend", "DraftTree.ancestors"),
+        ("DraftTree.extend", "DraftTree.path", "DraftTree.ancestors"),
         points=15,
         hours="1-2",
         solution_tutorials=("03_attention_mask", "08_draft_trees"),
@@ -115,6 +137,47 @@ def task_by_marker(marker: str) -> Task:
         if task.marker == marker:
             return task
     raise ValueError(f"unknown task {marker!r}; known: {', '.join(t.marker for t in TASKS)}")
+
+
+def answers_file(task: Task) -> str:
+    """Where a student copy keeps the answers to `task`'s written questions: "answers/task1_1.md".
+
+    Raises:
+        TypeError: `task` is not a `Task`.
+    """
+    if not isinstance(task, Task):
+        raise TypeError(f"answers_file takes a Task, got {type(task).__name__}")
+    return f"answers/{task.marker}.md"
+
+
+def answered(text: str) -> bool:
+    """Whether the text of an answers file (`answers_file`) answers a question: a line that is not
+    blank under one of its question headings (``## 1. ...``). The file a student copy starts with
+    has none, so handing it in untouched is not an answer.
+
+    Raises:
+        TypeError: `text` is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"answered takes the file's text (a str), got {type(text).__name__}")
+    under_heading = re.split(r"^## .*$", text, flags=re.M)[1:]
+    return any(chunk.strip() for chunk in under_heading)
+
+
+def dependents(marker: str) -> list[Task]:
+    """The tasks whose public tests run the code of task `marker`, directly or through another task
+    (table order): a student must finish `marker` before those. Unknown markers have none."""
+    needs: dict[str, set[str]] = {}
+
+    def required(task: Task) -> set[str]:
+        if task.marker not in needs:
+            needs[task.marker] = set(task.requires)
+            for other in TASKS:
+                if other.marker in task.requires:
+                    needs[task.marker] |= required(other)
+        return needs[task.marker]
+
+    return [task for task in TASKS if marker in required(task)]
 
 
 def work_order(tasks: list[Task] | tuple[Task, ...] = TASKS) -> list[Task]:

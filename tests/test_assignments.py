@@ -36,6 +36,7 @@ def load(name: str):
 tasks_mod = load("tasks")
 make_student = load("make_student")
 autograde = load("autograde")
+selfcheck = load("selfcheck")
 handouts = load("handouts")
 report = load("report")
 ALL = [t.marker for t in tasks_mod.TASKS]
@@ -68,7 +69,7 @@ def test_task_table_is_complete():
         assert f'"{task.marker}:' in config, f"{task.marker} is not registered in pyproject.toml"
         assert (ROOT / task.module).is_file()
         assert tasks_mod.marked_files(ROOT / "tests", [task.marker]), f"no public test carries {task.marker}"
-        assert tasks_mod.marked_files(ASSIGNMENTS / "hidden", [task.marker]), f"no hidden test carries {task.marker}"
+        assert (ASSIGNMENTS / "hidden" / f"{task.marker}.py").is_file(), f"{task.marker} has no probes in assignments/hidden/"
         for name in task.solution_tutorials:
             assert name in tutorials or name.startswith(upcoming), f"{task.marker}: no tutorial {name}"
         handouts.prose(task)  # the handout text exists, with the required sections
@@ -158,31 +159,25 @@ def test_handouts_say_everything_a_student_needs():
         assert all(f"{task.number} {task.title}" in notes[f"`tutorials/{name}.py`"] for name in task.solution_tutorials)
 
 
-def test_killed_runs_and_import_errors_score_zero_with_the_reason():
+def test_self_check_scores_killed_runs_and_import_errors_zero_with_the_reason():
     start = time.perf_counter()
-    code, _ = autograde.run_pytest([sys.executable, "-c", "import time; time.sleep(60)"], ROOT, dict(os.environ), 1.0)
+    code, _ = selfcheck.run_pytest([sys.executable, "-c", "import time; time.sleep(60)"], ROOT, dict(os.environ), 1.0)
     assert code is None and time.perf_counter() - start < 30
     task = tasks_mod.TASKS[0]
-    killed = autograde.task_grade(task, [{"ladref": "x"}], set(), 5.0)
+    killed = selfcheck.task_grade(task, [{"ladref": "x"}], 5.0)
     assert killed.score == 0 and "5 s limit" in killed.error
-    broken = autograde.task_grade(task, [{"collect_error": "test_masks.py", "message": "E   SyntaxError: invalid syntax"}], set(), None)
+    broken = selfcheck.task_grade(task, [{"collect_error": "test_masks.py", "message": "E   SyntaxError: invalid syntax"}], None)
     assert broken.score == 0 and "SyntaxError" in broken.error
     collected = [{"nodeid": f"test_x.py::test_a[{i}]", "group": "test_x.py::test_a", "tasks": [task.marker], "points": 1} for i in range(2)]
     records = [{"collected": collected + [{"nodeid": "test_x.py::test_b", "group": "test_x.py::test_b", "tasks": [task.marker],
                                            "points": 2}]},
                {"started": "test_x.py::test_a[0]"}, {"nodeid": "test_x.py::test_a[0]", "outcome": "passed"},
                {"started": "test_x.py::test_a[1]"}]
-    partial = autograde.task_grade(task, records, set(), 9.0)  # killed in test_a[1]: half of a 1-point group of 3
+    partial = selfcheck.task_grade(task, records, 9.0)  # killed in test_a[1]: half of a 1-point group of 3
     assert partial.score == Fraction(task.points, 6) and "9 s limit" in partial.groups[0].outcomes["test_x.py::test_a[1]"][1]
 
 
-# --- the acceptance targets (slow: each task is graded in its own pytest process) ---
-
-
-@pytest.fixture(scope="module")
-def hidden_cases(tmp_path_factory):
-    """The hidden cases, recorded from the reference once for the module."""
-    return autograde.record_hidden_cases(ROOT, tmp_path_factory.mktemp("cases") / "cases.json")
+# --- the acceptance targets (slow: each task is graded in processes of its own) ---
 
 
 def check_gradescope(results: dict, grade) -> None:
@@ -197,13 +192,14 @@ def check_gradescope(results: dict, grade) -> None:
 
 
 @pytest.mark.slow
-def test_reference_scores_full_marks(hidden_cases):
-    grade = autograde.grade(ROOT, cases=hidden_cases)
+def test_reference_scores_full_marks():
+    grade = autograde.grade(ROOT, seed=0)
     assert grade.hidden and grade.score == grade.max_score == 100, report.summary(grade)
     results = report.gradescope(grade)
     check_gradescope(results, grade)
     assert all(t["status"] == "passed" for t in results["tests"])
-    assert any(t["visibility"] == "after_due_date" for t in results["tests"])  # the hidden groups
+    assert {t["visibility"] for t in results["tests"]} == {"visible", "after_due_date"}  # every task has both kinds
+    assert {t["tags"][0] for t in results["tests"] if t["visibility"] == "visible"} == set(ALL)
 
 
 def broken_submission(folder: Path, change: str) -> Path:
@@ -218,23 +214,30 @@ def broken_submission(folder: Path, change: str) -> Path:
 
 
 @pytest.mark.slow
-def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path, hidden_cases):
+def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path):
     submissions = tmp_path / "submissions"
     broken_submission(submissions / "alice", "    if tree = 0:\n        pass\n")  # a SyntaxError
     broken_submission(submissions / "bob", "    while True:\n        pass\n")  # never returns
     out = tmp_path / "grades"
     start = time.perf_counter()
-    grades = autograde.grade_folder(submissions, out, ["task1_2", "task1_3"], cases=hidden_cases, test_timeout=2, task_timeout=120)
-    assert time.perf_counter() - start < 240 and [float(g.score) for g in grades] == [15, 15]
-    for name, reason in (("alice", "SyntaxError"), ("bob", "ran past the 2 s limit")):
-        results = json.loads((out / name / "results.json").read_text())
-        assert results["extra_data"]["tasks"] == {"task1_2": 15, "task1_3": 0}  # the other task is unaffected
-        assert results["score"] == 15
-        assert reason in results["output"] and reason in (out / name / "summary.txt").read_text()
-        assert reason in "".join(t["output"] for t in results["tests"] if "Task 1.3" in t["name"])
-    hidden = [t for t in json.loads((out / "bob" / "results.json").read_text())["tests"] if "hidden" in t["tags"]]
-    assert hidden and all(t["score"] == 0 for t in hidden if "Task 1.3" in t["name"])  # hidden cases skipped after a timeout
-    assert (out / "grades.csv").read_text().splitlines() == ["submission,task1_2,task1_3,total", "alice,15,0,15", "bob,15,0,15"]
+    grades = autograde.grade_folder(submissions, out, ["task1_2", "task1_3"], seed=0, case_timeout=1, task_timeout=60)
+    assert time.perf_counter() - start < 120
+    alice_, bob_ = ({t.task.marker: t for t in g.tasks} for g in grades)
+    assert alice_["task1_2"].score == bob_["task1_2"].score == 15  # the other task is unaffected
+    assert alice_["task1_3"].score == 0 and "SyntaxError" in alice_["task1_3"].error
+    # bob's verify_greedy never returns: its groups score 0; verify_chosen, untouched, keeps its share
+    loops = [g for g in bob_["task1_3"].groups if g.name.startswith("verify_greedy")]
+    assert loops and all(g.fraction == 0 for g in loops)
+    assert bob_["task1_3"].score == sum(bob_["task1_3"].group_points(g)[1] for g in bob_["task1_3"].groups if g not in loops)
+    alice = json.loads((out / "alice" / "results.json").read_text())
+    assert alice["extra_data"]["tasks"] == {"task1_2": 15, "task1_3": 0} and "SyntaxError" in alice["output"]
+    bob = json.loads((out / "bob" / "results.json").read_text())
+    assert "ran past the 1 s limit" in bob["output"]  # a visible group: its first failing call is shown at once
+    late = [t for t in bob["tests"] if "hidden: verify_greedy" in t["name"]]
+    assert late and all(t["score"] == 0 and t["visibility"] == "after_due_date" and "ran past the 1 s limit" in t["output"] for t in late)
+    assert "verify_greedy, case" not in bob["output"]  # hidden failures stay out of what students see at once
+    csv = (out / "grades.csv").read_text().splitlines()
+    assert csv[:2] == ["submission,task1_2,task1_3,total", "alice,15,0,15"] and csv[2].startswith("bob,15,5.62")
 
 
 def run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:

@@ -113,3 +113,25 @@ def test_static_mask_is_the_step_mask_placed_in_the_static_cache(W, N, tree, len
     assert mask.shape == (q, max_length)
     assert torch.equal(mask[:, : length + q], expected)
     assert (mask[:, length + q :] == torch.finfo(torch.float64).min).all()  # stale and unused slots hidden
+
+
+@st.composite
+def any_tree_layouts(draw) -> StepLayout:
+    """A layout whose tree has any shape, repeated tokens included (chains, not only tries)."""
+    n = draw(st.integers(0, 6))
+    parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
+    tokens = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    tree = DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), ("s",) * n)
+    return StepLayout(draw(st.integers(0, 5)), draw(st.integers(2, 5)), tree)
+
+
+@given(any_tree_layouts())
+def test_a_draft_of_any_tree_sees_the_current_token_and_its_ancestors(layout):
+    """Whatever the tree's shape: every token sees itself, and tree node i sees exactly the current
+    token and row i of `tree.ancestors()` (its ancestors and itself), at position p + its depth."""
+    allowed, L, n = layout.allowed(), layout.lookahead_len, len(layout.tree)
+    assert allowed.dtype == torch.bool and allowed.shape == (L + n, L + n)
+    assert allowed.diagonal().all()
+    assert torch.equal(allowed[L:, L:], layout.tree.ancestors())
+    assert allowed[L:, 0].all() and not allowed[L:, 1:L].any()
+    assert layout.position_offsets()[L:].tolist() == layout.tree.depths.tolist()

@@ -69,3 +69,22 @@ def test_pool_properties_after_any_adds(n, capacity, ngrams):
         assert len(found) == min(capacity, len(added.get(key, ())))  # full up to the capacity, never past it
         assert len(set(found)) == len(found) and set(found) <= added.get(key, set())  # distinct, all added
     assert len(pool) == sum(min(capacity, len(v)) for v in added.values())
+
+
+@given(st.data(), st.integers(2, 4), st.integers(1, 4))
+def test_harvest_adds_each_column_as_an_ngram(data, n, w):
+    """For any (N-1, W) window and (W,) new row: harvested n-gram c is column c, the window's tokens
+    then the new row's, in column order; afterwards each is a candidate of its first token, the
+    last one harvested under a key first."""
+    cells = st.lists(st.integers(0, 3), min_size=w, max_size=w)
+    window = torch.tensor([data.draw(cells) for _ in range(n - 1)], dtype=torch.long)
+    new_row = torch.tensor(data.draw(cells), dtype=torch.long)
+    pool = NGramPool(n, capacity=w)
+    harvested = pool.harvest(window, new_row)
+    assert harvested == [(*window[:, c].tolist(), int(new_row[c])) for c in range(w)]
+    assert all(type(token) is int for ngram in harvested for token in ngram)
+    for ngram in harvested:
+        assert list(ngram[1:]) in pool.candidates(ngram[0], w).tolist()
+    for key in {ngram[0] for ngram in harvested}:
+        newest = [ngram for ngram in harvested if ngram[0] == key][-1]
+        assert pool.candidates(key, 1).tolist() == [list(newest[1:])]

@@ -76,3 +76,32 @@ def test_bad_trees_are_refused():
     with pytest.raises(TypeError, match="integer"):
         DraftTree(torch.tensor([1.0]), torch.tensor([-1]), ("s",))
     assert len(DraftTree.empty()) == 0 and DraftTree.empty().ancestors().shape == (0, 0)
+
+
+@st.composite
+def parent_lists(draw, most: int = 9) -> list[int]:
+    """Any tree's parents: node i's parent is -1 (the root) or an earlier node."""
+    return [draw(st.integers(-1, i - 1)) for i in range(draw(st.integers(0, most)))]
+
+
+def tree_of(parents: list[int]) -> DraftTree:
+    """A tree of the given shape (tokens do not matter to its mask)."""
+    return DraftTree(torch.arange(len(parents)), torch.tensor(parents, dtype=torch.long), ("s",) * len(parents))
+
+
+@given(parent_lists())
+def test_ancestor_mask_is_the_closure_of_the_parent_relation(parents):
+    """The mask of any tree (tries or not) is the reflexive transitive closure of "j is i's parent",
+    and `path(i)` walks from a child of the root down to i, parent to child."""
+    tree, n = tree_of(parents), len(parents)
+    seen = tree.ancestors()
+    assert seen.dtype == torch.bool and seen.shape == (n, n)
+    assert seen.diagonal().all()  # reflexive
+    assert all(seen[i, p] for i, p in enumerate(parents) if p >= 0)  # holds the parent relation
+    assert not ((seen.long() @ seen.long() > 0) & ~seen).any()  # transitive
+    for i, j in torch.nonzero(seen & ~torch.eye(n, dtype=torch.bool)).tolist():  # and nothing more
+        assert parents[i] >= 0 and seen[parents[i], j], f"node {j} is not an ancestor of node {i}"
+    for i in range(n):
+        path = tree.path(i)
+        assert path[-1] == i and parents[path[0]] == -1
+        assert all(parents[child] == parent for parent, child in zip(path, path[1:]))

@@ -1,4 +1,4 @@
-"""Hidden tests of task 1.4: what `draft_step` feeds, keeps, harvests, accepts and commits equals the reference's.
+"""Probes of task 1.4: what `draft_step` feeds, keeps, harvests, accepts and commits, compared with the reference's.
 
 Each run drives `draft_step` by hand, as `ladref.step.run_drafting` does, with one or several
 draft sources (the lookahead window and pool, prompt lookup, Jacobi's chain, Token Recycling's
@@ -8,8 +8,10 @@ checked too.
 
 from __future__ import annotations
 
-import pytest
+import random
+
 import torch
+from probing import Group, as_list, rows
 from strategies import build_tiny
 
 from ladref import (
@@ -31,7 +33,6 @@ from ladref.runner import ModelRunner
 from ladref.sampling import SamplingChooser, Warp
 from ladref.step import draft_step
 
-pytestmark = pytest.mark.task1_4
 
 # (architecture, vocabulary, seed, prompt, proposers, steps, sampling (temperature, seed) or None)
 RUNS = [
@@ -69,14 +70,6 @@ def run_id(run: tuple) -> str:
     arch, vocab, seed, _, specs, _, sample = run
     sources = "+".join(f"{s[0]}{''.join(str(int(a)) for a in s[1:])}" for s in specs)
     return f"{arch}-V{vocab}-s{seed}-{sources}{'-sampled' if sample else ''}"
-
-
-def rows(mask: torch.Tensor) -> list[str]:
-    return ["".join("#" if v else "." for v in row) for row in mask.tolist()]
-
-
-def as_list(value) -> list | None:
-    return None if value is None else torch.as_tensor(value).tolist()
 
 
 class SpyRunner:
@@ -150,16 +143,18 @@ def calls(run: tuple) -> list[list[dict]]:
     return seen
 
 
-def cache_is_the_committed_sequence(run: tuple) -> None:
-    """After the last step, the cache equals a plain causal forward over the committed tokens."""
-    *_, (runner, _, _, context) = drive(run)  # run to the end: `context` then holds every accepted token
+def committed_cache(case: dict) -> dict:
+    """After the last step: the committed tokens, the cache's length, and how far its keys and values
+    are from a plain causal forward over those tokens (rounded: 0.0 when the step commits exactly)."""
+    *_, (runner, _, _, context) = drive(tuple(case["run"]))  # `context` then holds every accepted token
     committed = context[:-1]  # the newest token is the next step's input, not yet in the cache
-    reference = ModelRunner(runner.model)
-    reference.forward(torch.tensor(committed))
-    assert runner.past_len == reference.past_len == len(committed)
-    for ours, theirs in zip(runner.cache.layers, reference.cache.layers):
-        torch.testing.assert_close(ours.keys, theirs.keys, rtol=1e-9, atol=1e-9)
-        torch.testing.assert_close(ours.values, theirs.values, rtol=1e-9, atol=1e-9)
+    fresh = ModelRunner(runner.model)
+    fresh.forward(torch.tensor(committed))
+    gaps = [max(float((ours.keys - theirs.keys).abs().max()), float((ours.values - theirs.values).abs().max()))
+            if ours.keys.shape == theirs.keys.shape and ours.values.shape == theirs.values.shape else "shapes differ"
+            for ours, theirs in zip(runner.cache.layers, fresh.cache.layers)]
+    return {"committed": committed, "past_len": runner.past_len,
+            "largest gap per layer": [g if isinstance(g, str) else round(g, 6) for g in gaps]}
 
 
 # (decoder, architecture, vocabulary, seed, prompt, new tokens, options)
@@ -198,47 +193,50 @@ def decoded(case: list, sample: tuple | None = None) -> dict:
                           for source, histogram in sorted(stats.accepted_by_source.items())}}  # JSON keys are strings
 
 
-def record() -> dict[str, list[dict]]:
-    """The reference's answers (run by cases.py with the reference on the path)."""
+def random_decodes(rng: random.Random, count: int) -> list[dict]:
+    """The decoders of `DECODES` on prompts drawn anew for each grading run."""
+    cases = []
+    for k in range(count):
+        name, arch, vocab, seed, _, new_tokens, options = DECODES[k % len(DECODES)]
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 8))]
+        cases.append({"id": f"{name}-{arch}-V{vocab}-{k}", "decode": [name, arch, vocab, seed, prompt, new_tokens, options]})
+    return cases
+
+
+def decode(case: dict) -> dict:
+    return decoded(case["decode"], None if case.get("sample") is None else tuple(case["sample"]))
+
+
+def step_trace(case: dict) -> list[dict]:
+    return trace(tuple(case["run"]))
+
+
+def runner_calls(case: dict) -> list[list[dict]]:
+    return calls(tuple(case["run"]))
+
+
+GROUPS = {
+    "decoders (random prompts)": Group(decode, 1, visible=True),
+    "sampled decoders (random prompts)": Group(decode, 1, visible=True),
+    "step trace": Group(step_trace, 3),
+    "runner calls": Group(runner_calls, 2),
+    "committed cache": Group(committed_cache, 1),
+    "decoders": Group(decode, 1),
+}
+
+
+def cases(seed: int) -> dict[str, list[dict]]:
+    rng = random.Random(seed)
     runs = [{"id": run_id(r), "run": list(r)} for r in RUNS]
-    decodes = [{"id": f"{d[0]}-{d[1]}-V{d[2]}-s{d[3]}", "decode": list(d)} for d in DECODES]
-    sampled = [{"id": f"{d[0]}-{d[1]}-V{d[2]}-s{d[3]}-t{t}", "decode": list(d), "sample": [t, k]}
-               for k, (d, t) in enumerate(zip(DECODES[::2], (0.7, 1.0, 1.5)))]
+    sampled = random_decodes(rng, 3)
+    for k, case in enumerate(sampled):
+        case["sample"] = [(0.7, 1.0, 1.5)[k], rng.randrange(1000)]
+        case["id"] += f"-t{case['sample'][0]}"
     return {
-        "test_step_trace": [{**r, "expected": trace(tuple(r["run"]))} for r in runs],
-        "test_runner_calls": [{**r, "expected": calls(tuple(r["run"]))} for r in runs],
-        "test_committed_cache": runs,
-        "test_decoders": [{**d, "expected": decoded(d["decode"])} for d in decodes],
-        "test_sampled_decoders": [{**d, "expected": decoded(d["decode"], tuple(d["sample"]))} for d in sampled],
+        "decoders (random prompts)": random_decodes(rng, 6),
+        "sampled decoders (random prompts)": sampled,
+        "step trace": runs,
+        "runner calls": runs,
+        "committed cache": runs,
+        "decoders": [{"id": f"{d[0]}-{d[1]}-V{d[2]}-s{d[3]}", "decode": list(d)} for d in DECODES],
     }
-
-
-@pytest.mark.points(3)
-def test_step_trace(case):
-    for k, (ours, theirs) in enumerate(zip(trace(tuple(case["run"])), case["expected"])):
-        for key in theirs:
-            assert ours[key] == theirs[key], f"step {k + 1}: {key} differs from the reference's"
-
-
-@pytest.mark.points(2)
-def test_runner_calls(case):
-    for k, (ours, theirs) in enumerate(zip(calls(tuple(case["run"])), case["expected"])):
-        assert [next(iter(c)) for c in ours] == [next(iter(c)) for c in theirs], f"step {k + 1}: the runner calls differ"
-        for call, expected in zip(ours, theirs):
-            (name, args), = call.items()
-            fields = ("input_ids", "position_ids", "allowed", "keep") if name == "forward" else ("past_len", "keep")
-            for field, got, want in zip(fields, args, expected[name]):
-                assert got == want, f"step {k + 1}: runner.{name}'s {field} differs from the reference's"
-
-
-def test_committed_cache(case):
-    cache_is_the_committed_sequence(tuple(case["run"]))
-
-
-@pytest.mark.points(2)
-def test_decoders(case):
-    assert decoded(case["decode"]) == case["expected"]
-
-
-def test_sampled_decoders(case):
-    assert decoded(case["decode"], tuple(case["sample"])) == case["expected"]
