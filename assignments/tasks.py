@@ -9,13 +9,14 @@ derived from this table:
   written questions (`answers_file`);
 * `handouts.py` renders each task's handout from the facts below plus the prose of
   ``handouts/<marker>.md``;
-* `autograde.py` grades each task with the tests carrying its marker: the public ones in
-  ``tests/`` and the hidden ones in ``hidden/`` (never shipped), ``points`` split over the test
-  groups (one group per test function).
+* `autograde.py` grades each task with its probes, ``hidden/<marker>.py`` (never shipped),
+  ``points`` split over their groups; in a student copy it runs the public tests that carry the
+  task's marker instead (a self-check, `selfcheck.py`).
 
 To add a task: add a `Task` here, register its marker in ``pyproject.toml``, mark its tests with
 ``pytest.mark.<marker>``, write ``handouts/<marker>.md`` (the sections `REQUIRED_SECTIONS` of
-`handouts.py`) and, for grading, ``hidden/test_<marker>.py`` (cases recorded from the reference).
+`handouts.py`) and, for grading, ``hidden/<marker>.py`` (``GROUPS`` and ``cases(seed)``, see
+``hidden/probing.py``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image: the zip made by
 # `python assignments/make_gradescope.py` is unpacked into /autograder/source, which holds this
-# script and the reference (ladref/, assignments/ with the hidden tests, the public tests).
+# script and the reference (ladref/, assignments/ with the hidden probes, the public tests).
 #
 # 1. Python 3 with venv and pip, from apt when the image lacks them.
 # 2. A virtual environment in /autograder/venv: torch's CPU build first, from PyTorch's CPU index
 #    at the version constraints.txt pins (a +cpu build satisfies the pin and is kept), then the
 #    project with its "student" extra (pytest, hypothesis), under the same constraints.
-# 3. Permissions: /autograder/source (reference solutions, hidden tests) readable by root only;
+# 3. Permissions: /autograder/source (reference solutions, hidden probes) readable by root only;
 #    the venv readable by everyone, since the autograder runs submitted code as `nobody`; both
 #    checked as `nobody` before the script reports success.
 set -euo pipefail
@@ -48,7 +48,7 @@ if torch.version.cuda is not None:
     print("setup.sh: warning: torch is a CUDA build; the CPU build from PyTorch's CPU index was expected")
 EOF
 
-chmod -R go-rwx "$SOURCE"  # the reference and the hidden tests: root only (the grader runs as root)
+chmod -R go-rwx "$SOURCE"  # the reference and the hidden probes: root only (the grader runs as root)
 chmod -R go+rX "$VENV"     # the interpreter and its packages: also for the sandboxed submitted code
 chmod o+x "$ROOT"          # others may pass through /autograder to the venv, not list it
 # the grader runs submitted code as `nobody` only if that user can run this Python with torch
