@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -72,7 +73,7 @@ def record_expected(snapshot, markers: list[str], seed: int, work: Path, timeout
 
 def verdicts(task: Task, groups: dict, records: list[dict]) -> list[GroupGrade]:
     """Compare the submission's answers with the reference's, case by case (unanswered cases fail)."""
-    from compare import feedback, first_difference
+    from answer_diff import feedback, first_difference
 
     answers = {}
     for record in records:
@@ -139,7 +140,7 @@ def grade_submission(student: Path, tasks: list[Task], snapshot, expected: dict,
                      task_timeout: float = TASK_TIMEOUT_S, case_timeout: float = CASE_TIMEOUT_S,
                      sandbox_user: str | None = None, seed: int | None = None) -> Grade:
     """Grade `tasks` of one submission folder against the recorded `expected` answers."""
-    start = time.perf_counter()
+    start, before = time.perf_counter(), set(snapshot.changed())
     graded = []
     with tempfile.TemporaryDirectory(prefix="ladref-grade-") as tmp:
         for task in tasks:
@@ -151,10 +152,10 @@ def grade_submission(student: Path, tasks: list[Task], snapshot, expected: dict,
                                          case_timeout=case_timeout, sandbox_user=sandbox_user))
             graded[-1].answers = handed_in(student, task)
     result = Grade(student, graded, True, time.perf_counter() - start, seed=seed)
-    changed = snapshot.tampered()
-    if changed:
-        snapshot.restore(changed)
-        result.notes.append(f"the reference's files changed while this submission ran; restored: {', '.join(changed)}")
+    changed = [rel for rel in snapshot.changed() if rel not in before]
+    if changed:  # graded all the same from the copy read at the start; the files are left for you to check
+        result.notes.append(f"the reference's files changed while this submission ran (its grade and the next ones use the "
+                            f"copy read at the start; check them, e.g. with git diff): {', '.join(changed)}")
     return result
 
 
@@ -235,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds per submission (default: %(default)s)")
     parser.add_argument("--sandbox-user", default=None, help="run submitted code as this user (default: nobody when root)")
     args, extra = parser.parse_known_args(argv)
+    # stopped from outside (a whole-run limit): unwind, so that the temporary folders holding the
+    # reference's answers are removed and the confined processes are killed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     hidden = not args.public_only and (args.reference / "assignments" / "hidden").is_dir()
     if hidden:
         from sandbox import default_sandbox_user

@@ -2,9 +2,9 @@
 
 `Snapshot` reads the reference once (``ladref/``, the probes in ``assignments/hidden/``, the test
 helpers the probes import, the worker) and writes a fresh package from memory for every run, so
-nothing a submission changes on disk reaches the next run, and `Snapshot.tampered` tells whether
-the reference folder itself was changed while the submission ran (`Snapshot.restore` puts it
-back). `run_probes` starts ``worker.py`` through ``confine.py`` (time limit, every process it
+nothing a submission changes on disk reaches the next run, and `Snapshot.changed` tells which of
+the reference folder's own files changed while the submission ran (the grader reports them and
+leaves them as they are: they may be the instructor's own edits, made while a long run goes on). `run_probes` starts ``worker.py`` through ``confine.py`` (time limit, every process it
 started killed afterwards) as the unprivileged `sandbox_user` when the grader is root, and reads
 back the worker's report: data only, which the grader compares with the reference's answers.
 """
@@ -69,22 +69,16 @@ class Snapshot:
         if submitted is not None:
             shutil.copyfile(submitted, dest / "pkg" / module)
 
-    def tampered(self) -> list[str]:
+    def changed(self, since: dict[str, float] | None = None) -> list[str]:
         """The snapshot's files that now differ from, or are missing in, the reference folder."""
-        changed = []
+        found = []
         for rel, data in self.files.items():
-            path = self.root / rel
             try:
-                if path.read_bytes() != data:
-                    changed.append(rel)
+                if (self.root / rel).read_bytes() != data:
+                    found.append(rel)
             except OSError:
-                changed.append(rel)
-        return changed
-
-    def restore(self, paths: list[str]) -> None:
-        for rel in paths:
-            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.root / rel).write_bytes(self.files[rel])
+                found.append(rel)
+        return found
 
 
 def default_sandbox_user() -> str | None:
@@ -161,6 +155,10 @@ def run_probes(run: Path, module: str, request: dict, timeout: float, sandbox_us
         except subprocess.TimeoutExpired:  # confine.py always ends first; this is a last resort
             supervisor.kill()
             code = supervisor.wait()
+        finally:  # the grader itself stopped (SIGTERM): confine.py kills what the submission started
+            if supervisor.poll() is None:
+                supervisor.terminate()
+                supervisor.wait()
     if sandbox_user:
         remove_owned(sandbox_user)
     records = []

@@ -221,16 +221,23 @@ def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path):
     out = tmp_path / "grades"
     start = time.perf_counter()
     grades = autograde.grade_folder(submissions, out, ["task1_2", "task1_3"], seed=0, case_timeout=1, task_timeout=60)
-    assert time.perf_counter() - start < 120 and [float(g.score) for g in grades] == [15, 15]
-    assert {t.task.marker: float(t.score) for t in grades[1].tasks} == {"task1_2": 15, "task1_3": 0}  # the other task is unaffected
+    assert time.perf_counter() - start < 120
+    alice_, bob_ = ({t.task.marker: t for t in g.tasks} for g in grades)
+    assert alice_["task1_2"].score == bob_["task1_2"].score == 15  # the other task is unaffected
+    assert alice_["task1_3"].score == 0 and "SyntaxError" in alice_["task1_3"].error
+    # bob's verify_greedy never returns: its groups score 0; verify_chosen, untouched, keeps its share
+    loops = [g for g in bob_["task1_3"].groups if g.name.startswith("verify_greedy")]
+    assert loops and all(g.fraction == 0 for g in loops)
+    assert bob_["task1_3"].score == sum(bob_["task1_3"].group_points(g)[1] for g in bob_["task1_3"].groups if g not in loops)
     alice = json.loads((out / "alice" / "results.json").read_text())
     assert alice["extra_data"]["tasks"] == {"task1_2": 15, "task1_3": 0} and "SyntaxError" in alice["output"]
     bob = json.loads((out / "bob" / "results.json").read_text())
     assert "ran past the 1 s limit" in bob["output"]  # a visible group: its first failing call is shown at once
-    late = [t for t in bob["tests"] if "Task 1.3" in t["name"] and t["visibility"] == "after_due_date"]
-    assert late and all(t["score"] == 0 and "ran past the 1 s limit" in t["output"] for t in late)
+    late = [t for t in bob["tests"] if "hidden: verify_greedy" in t["name"]]
+    assert late and all(t["score"] == 0 and t["visibility"] == "after_due_date" and "ran past the 1 s limit" in t["output"] for t in late)
     assert "verify_greedy, case" not in bob["output"]  # hidden failures stay out of what students see at once
-    assert (out / "grades.csv").read_text().splitlines() == ["submission,task1_2,task1_3,total", "alice,15,0,15", "bob,15,0,15"]
+    csv = (out / "grades.csv").read_text().splitlines()
+    assert csv[:2] == ["submission,task1_2,task1_3,total", "alice,15,0,15"] and csv[2].startswith("bob,15,5.62")
 
 
 def run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:

@@ -168,15 +168,19 @@ def test_no_file_the_submission_can_read_holds_the_expected_answers(tmp_path, tm
     assert not marker.exists(), marker.read_text() if marker.exists() else ""
 
 
-def test_edits_to_the_reference_reach_neither_the_next_submission_nor_stay(tmp_path, prepared, reference):
+def test_edits_to_the_reference_reach_no_grade_and_are_reported(tmp_path, prepared, reference):
     probe, public = reference / "assignments" / "hidden" / "task1_2.py", reference / "tests" / "test_tree.py"
     before = probe.read_bytes(), public.read_bytes()
     vandal = graded(submit(tmp_path / "vandal", stubs() + f"REFERENCE = {str(reference)!r}\n" + TAMPER), prepared)
     assert vandal.score == 0
-    if sandbox.default_sandbox_user() is None:  # the edits were made (as "nobody" they are refused): the grader saw and undid them
-        assert any("restored" in note and "tests/test_tree.py" in note for note in vandal.notes), vandal.notes
-    assert (probe.read_bytes(), public.read_bytes()) == before  # the instructor's copy is whole again
-    assert graded(submit(tmp_path / "next", stubs()), prepared).score == 0
+    if sandbox.default_sandbox_user() is None:  # the edits were made (as "nobody" they are refused): the grader says so
+        assert any("changed while this submission ran" in n and "tests/test_tree.py" in n for n in vandal.notes), vandal.notes
+    else:
+        assert (probe.read_bytes(), public.read_bytes()) == before and not vandal.notes
+    assert graded(submit(tmp_path / "next", stubs()), prepared).score == 0  # graded from the copy read at the start
+    assert not graded(submit(tmp_path / "after", stubs()), prepared).notes  # reported once, for the submission that did it
+    probe.write_bytes(before[0])
+    public.write_bytes(before[1])
 
 
 def test_an_import_that_hangs_scores_zero_with_the_reason_in_time(tmp_path, prepared):

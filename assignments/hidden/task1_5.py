@@ -1,7 +1,7 @@
 """Probes of task 1.5: tries grown by `extend` and their ancestor masks, compared with the reference's.
 
 The cases are drawn in the reference's run only (`cases`); every tree a probe starts from is built with the `DraftTree` constructor from recorded tokens and
-parents, so a case tests the submitted `extend` or `ancestors` alone. Hidden cases go deeper
+parents, so a case tests the submitted `extend`, `path` or `ancestors` alone. Hidden cases go deeper
 (paths of up to 14 tokens, trees of up to 40 nodes) and wider than any public test.
 """
 
@@ -61,6 +61,12 @@ def merged(case: dict) -> dict:
     return {"from_paths": state(first), "merge": state(first.merge(DraftTree.from_paths(case["second"], "b")))}
 
 
+def paths(case: dict) -> list:
+    """`path` and `path_tokens` of every node."""
+    tree = tree_of(case)
+    return [[[int(n) for n in tree.path(node)], [int(t) for t in tree.path_tokens(node)]] for node in range(len(tree))]
+
+
 def ancestors_rows(case: dict) -> dict:
     seen = tree_of(case).ancestors()
     return {"dtype": str(seen.dtype), "shape": list(seen.shape), "rows": ["".join("#" if v else "." for v in r) for r in seen.tolist()]}
@@ -72,6 +78,7 @@ GROUPS = {
     "from_paths and merge": Group(merged, 1, visible=True),
     "ancestors (small trees)": Group(ancestors_rows, 1, visible=True),
     "ancestors": Group(ancestors_rows, 2),
+    "path": Group(paths, 1),
 }
 
 
@@ -87,4 +94,5 @@ def cases(seed: int) -> dict[str, list[dict]]:
         "from_paths and merge": merges,
         "ancestors (small trees)": [{"id": f"small{k}", **random_tree(rng, 6, VOCAB)} for k in range(12)],
         "ancestors": [{"id": f"n{len(t['tokens'])}-{k}", **t} for k, t in enumerate(big)],
+        "path": [{"id": f"n{len(t['tokens'])}-{k}", **t} for k, t in enumerate(big[::-1])],
     }
