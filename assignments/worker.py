@@ -82,6 +82,8 @@ def main(argv: list[str]) -> int:
         report.write(json.dumps({"imported": ladref.__file__}) + "\n")
         report.flush()
         module = importlib.import_module(name)
+        if hasattr(module, "warm_up"):  # slow first imports, done before any case is timed
+            module.warm_up()
         cases = request["cases"]
         if cases is None:
             cases = module.cases(request["seed"])

@@ -1,7 +1,8 @@
 """What the probe modules share: the `Group` record and ways to write tensors and trees as data.
 
 A probe module (``task1_2.py`` ...) defines ``GROUPS = {name: Group(...)}`` and
-``cases(seed) -> {name: [case, ...]}``; each case is a JSON object with an "id" and the inputs.
+``cases(seed) -> {name: [case, ...]}`` (and, optionally, ``warm_up()``, run before any case is
+timed); each case is a JSON object with an "id" and the inputs.
 `Group.observe` calls the task's functions on one case and returns plain data (lists, numbers,
 strings): the autograder runs it on the reference and on the submission, in separate processes,
 and compares the two answers itself.

@@ -193,6 +193,13 @@ def decoded(case: list, sample: tuple | None = None) -> dict:
                           for source, histogram in sorted(stats.accepted_by_source.items())}}  # JSON keys are strings
 
 
+def warm_up() -> None:
+    """Build one tiny model per family before any case is timed: the first use of a model class
+    imports it, which takes seconds (and a timeout inside an import breaks it for the process)."""
+    for arch in ("llama", "qwen2", "gpt2"):
+        build_tiny(arch, 8, 0)
+
+
 def random_decodes(rng: random.Random, count: int) -> list[dict]:
     """The decoders of `DECODES` on prompts drawn anew for each grading run."""
     cases = []
