@@ -114,7 +114,7 @@ TASKS: tuple[Task, ...] = (
         "task1_4",
         "the combined step",
         "ladref/step.py",
-        ("draft_step",),
+        ("kept_rows", "draft_step"),
         requires=("task1_1", "task1_2", "task1_3", "task1_5"),
         points=30,
         hours="3-4",

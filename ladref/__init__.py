@@ -10,11 +10,18 @@ The core, in reading order (the order of the tutorials and the docs):
 
 1. `ladref.config` (W, N, G), `ladref.results` (what a call returns);
 2. `ladref.greedy` (the oracle) and `ladref.jacobi` (the fixed-point iteration);
-3. `ladref.ngram_pool`, `ladref.masks`, `ladref.verify`: the three building blocks;
-4. `ladref.lookahead`: the combined step and the decoding loop;
-5. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
-6. `ladref.compiled`: the same step with constant shapes over a static cache, compiled once;
-7. plumbing: `ladref.runner` (the only module touching transformers internals), `ladref.kernels`
+3. the building blocks: `ladref.tree` (the draft trie), `ladref.ngram_pool`, `ladref.masks`,
+   `ladref.verify`;
+4. `ladref.proposer` (where drafts come from: the protocol, `DraftSource`, `StepOutcome`),
+   `ladref.step` (the combined step and the one loop every tree decoder repeats) and
+   `ladref.decode` (`draft_decode`, that loop with any proposers);
+5. the draft sources: `ladref.lookahead` (the paper's window and pool), `ladref.prompt_lookup`,
+   `ladref.recycling` (Token Recycling), and Jacobi's chain in `ladref.jacobi`;
+6. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
+7. the fast paths: `ladref.cost` and `ladref.timing` (the step-cost curve), `ladref.policy` and
+   `ladref.adaptive` (drafting only what the machine affords), `ladref.static`,
+   `ladref.compiled` and `ladref.precompiled` (constant shapes over a static cache, compiled once);
+8. plumbing: `ladref.runner` (the only module touching transformers internals), `ladref.kernels`
    (the attention-kernel choice), `ladref.call` (input checks, stopping rules), `ladref.types`,
    `ladref.models` (the embedded model).
 
@@ -33,7 +40,7 @@ from .jacobi import JacobiProposer, jacobi_decode
 from .lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
 from .models import chat_ids, default_device, load_default_model
 from .prompt_lookup import PromptLookupProposer, prompt_lookup_decode
-from .proposer import Proposer, StepOutcome
+from .proposer import DraftSource, Proposer, StepOutcome
 from .recycling import RecyclingProposer, TreeTemplate, recycling_decode
 from .results import DecodeResult, DecodeStats
 from .sampling import sample_decode
@@ -48,6 +55,7 @@ __all__ = [
     "CostModel",
     "DecodeResult",
     "DecodeStats",
+    "DraftSource",
     "DraftTree",
     "EosIds",
     "JacobiProposer",

@@ -1,7 +1,7 @@
 """Adaptive decoding: every step feeds only the drafts this machine can afford.
 
-The same tree step as every other decoder (`ladref.step`), with one more step in the loop:
-before the forward pass, `ladref.policy.DraftPolicy` picks which proposed draft nodes to verify
+The same loop as every other tree decoder (`ladref.step.run_drafting`), with its hook taken by
+`PolicyChoice`: before the forward pass, `ladref.policy.DraftPolicy` picks which proposed draft nodes to verify
 (from none, a plain greedy step, to all of them) and whether to feed the lookahead window, to
 maximise expected tokens per second under the cost curve measured on this machine
 (`ladref.cost.CostModel`) and the acceptance it has learned so far, per source and depth.
@@ -10,27 +10,27 @@ Greedy output is unchanged: drafts only decide how many tokens a step may accept
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
 
-from .call import DecodeCall, TokenSink, vocab_size
+from .call import DecodeCall, vocab_size
 from .config import LookaheadConfig
 from .cost import DEFAULT_KV_LENGTHS, CostCache, CostModel, default_widths
 from .lookahead import LookaheadProposer
 from .policy import DraftPolicy
 from .prompt_lookup import PromptLookupProposer
-from .proposer import Proposer, check_proposers, merged_tree
+from .proposer import Proposer, check_proposers, step_needs
 from .recycling import RecyclingProposer
-from .results import DecodeResult, DecodeStats
+from .results import DecodeResult
 from .runner import Runner
-from .sampling import Chooser, make_chooser
-from .step import draft_step
+from .sampling import make_chooser
+from .step import run_drafting
 from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
+MAX_DRAFT_DEPTH = 16  # the deepest draft checked against the context before a call (as draft_decode's max_depth)
 
 
 def default_proposers(model: torch.nn.Module, window: LookaheadConfig | None = DEFAULT_WINDOW) -> list[Proposer]:
@@ -53,44 +53,23 @@ def kv_lengths_for(model: torch.nn.Module, runner: Runner | None = None) -> tupl
     return tuple(kv for kv in DEFAULT_KV_LENGTHS if kv <= room) or (max(room // 2, 1),)
 
 
-def run_adaptive(runner: Runner, prompt: torch.Tensor, proposers: Sequence[Proposer], policy: DraftPolicy, sink: TokenSink,
-                 stats: DecodeStats, chooser: Chooser | None = None, position_limit: int | None = None) -> None:
-    """`ladref.step.run_drafting` with a policy choosing each step's drafts and window."""
-    window = next((p.window for p in proposers if getattr(p, "window", None) is not None), None)
-    cells = None if window is None else window.grid.numel() - 1
-    topk = max(getattr(p, "topk", 0) for p in proposers)
-    context = prompt.tolist()
-    for proposer in proposers:
-        proposer.begin(list(context))
-    # 1. Propose: each source's tree, kept apart (the policy learns per source and grade), checked
-    #    like any draft (the first step's before any forward pass).
-    trees, evidence = propose_apart(proposers, context, runner.vocab_size)
-    current = runner.prefill(prompt, stats)
-    while True:
-        start, kv = time.perf_counter(), runner.past_len
-        if position_limit is not None:
-            trees = [tree.within_depth(position_limit - 1 - kv) for tree in trees]
-        policy.propose(trees, evidence)
-        # 2. Choose: the nodes worth their cost at this KV length, and the window or not.
-        tree, feed_window, _ = policy.choose(trees, kv, cells, evidence)
-        outcome = draft_step(runner, current, tree, window if feed_window else None, chooser, context, topk)
-        stats.record_step(sink.extend(outcome.tokens), outcome.fed, outcome.window_tokens, tree, outcome.path)
-        # 3. Learn: the policy checks every proposed tree against the new tokens; the sources learn as usual.
-        policy.observe(outcome.tokens)
-        for proposer in proposers:
-            proposer.learn(outcome)
-        if sink.done:
-            return
-        context.extend(outcome.tokens)
-        current = outcome.tokens[-1]
-        trees, evidence = propose_apart(proposers, context, runner.vocab_size)  # 1. propose
-        policy.timed(outcome.fed, kv, time.perf_counter() - start)  # what this step cost, all of it
+class PolicyChoice:
+    """The loop's `ladref.step.StepChoice` for adaptive decoding: a `DraftPolicy` picks each step's
+    nodes and window, learns acceptance from the accepted tokens and the cost from step times."""
 
+    def __init__(self, policy: DraftPolicy) -> None:
+        self.policy = policy
 
-def propose_apart(proposers: Sequence[Proposer], context: Sequence[int], vocab: int) -> tuple[list[DraftTree], list[int]]:
-    """Each proposer's tree (checked as `merged_tree` does) and its ``evidence`` (0 when it has none)."""
-    trees = [merged_tree([p], context, vocab) for p in proposers]
-    return trees, [int(getattr(p, "evidence", 0)) for p in proposers]
+    def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
+        self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
+        tree, feed_window, _ = self.policy.choose(trees, kv, window_cells, evidence)
+        return tree, feed_window
+
+    def observe(self, tokens: Sequence[int]) -> None:
+        self.policy.observe(tokens)
+
+    def timed(self, fed: int, kv: int, seconds: float) -> None:
+        self.policy.timed(fed, kv, seconds)
 
 
 class AdaptiveDecoder:
@@ -147,13 +126,12 @@ class AdaptiveDecoder:
         chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
         if not self.keep_learning:
             self.policy = DraftPolicy(self.cost, self.widths, calibrate=self.calibrate)
-        extent = max([16] + [p.window.grid.shape[0] + p.window.grid.shape[1] + 1 for p in self.proposers
-                             if getattr(p, "window", None) is not None])
+        extent = max(MAX_DRAFT_DEPTH, step_needs(self.proposers).reach)
         call = DecodeCall.begin(self.model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer,
                                 self.attention_backend, self.runner)
         with torch.inference_mode():
-            run_adaptive(call.runner, call.prompt, self.proposers, self.policy, call.sink, call.stats, chooser,
-                         call.position_limit)
+            run_drafting(call.runner, call.prompt, self.proposers, call.sink, call.stats, chooser, call.position_limit,
+                         PolicyChoice(self.policy))
         return call.finish(tokenizer, "adaptive")
 
 

@@ -12,10 +12,10 @@ import torch
 
 from .call import DecodeCall
 from .config import check_int
-from .proposer import Proposer, check_proposers
+from .proposer import Proposer, check_proposers, step_needs
 from .results import DecodeResult
 from .sampling import make_chooser
-from .step import run_drafting
+from .step import DraftBudget, run_drafting
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 
@@ -54,12 +54,9 @@ def decode_with_proposers(
     if draft_budget is not None:
         check_int("draft_budget", draft_budget, 1)
     chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
-    window = next((p.window for p in proposers if getattr(p, "window", None) is not None), None)
-    if window is not None:  # a bound on the window's reach, W + N (its last cell: W + N - 3)
-        rows, columns = window.grid.shape
-        extent = max(extent, columns + rows + 1)
+    extent = max(extent, step_needs(proposers).reach)  # the deepest draft, or the window's reach
     call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer, attention_backend)
-    run_drafting(call.runner, call.prompt, proposers, call.sink, call.stats, chooser, call.position_limit, draft_budget)
+    run_drafting(call.runner, call.prompt, proposers, call.sink, call.stats, chooser, call.position_limit, DraftBudget(draft_budget))
     return call.finish(tokenizer, method)
 
 

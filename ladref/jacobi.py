@@ -16,7 +16,7 @@ import torch
 
 from .config import check_int
 from .decode import decode_with_proposers
-from .proposer import StepOutcome
+from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
 from .runner import Runner
 from .tree import DraftTree
@@ -50,7 +50,7 @@ def next_guess(preds: torch.Tensor, k: int, m: int) -> torch.Tensor:
     return torch.cat([rest, rest[-1:].expand(m - rest.numel())])
 
 
-class JacobiProposer:
+class JacobiProposer(DraftSource):
     """Jacobi decoding as a draft source: the previous iteration's unconverged predictions, as a chain.
 
     Args:

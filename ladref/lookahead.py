@@ -25,7 +25,7 @@ import torch
 from .config import LookaheadConfig, check_int
 from .decode import decode_with_proposers
 from .ngram_pool import NGramPool
-from .proposer import StepOutcome
+from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
 from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
@@ -76,7 +76,7 @@ class LookaheadWindow:
         return harvest
 
 
-class LookaheadProposer:
+class LookaheadProposer(DraftSource):
     """The paper's draft source: an n-gram pool fed by the lookahead window (and the prompt).
 
     Args:

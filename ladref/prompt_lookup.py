@@ -15,13 +15,13 @@ import torch
 
 from .config import check_int
 from .decode import decode_with_proposers
-from .proposer import StepOutcome
+from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
 from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 
-class PromptLookupProposer:
+class PromptLookupProposer(DraftSource):
     """Drafts from n-gram matches in the prompt and the text generated so far.
 
     Attributes:

@@ -7,15 +7,18 @@ the merged tree of every proposer in ONE forward pass (`ladref.step.draft_step`)
 
     propose -> one forward -> harvest -> verify -> commit -> learn
 
-A proposer written by a user plugs into the same loop (`ladref.draft_decode`); it needs a name
-and three methods. Optional attributes ask the step for more, or tell a policy more:
+A proposer written by a user plugs into the same loop (`ladref.draft_decode`); it needs a name,
+three methods and three options, which `DraftSource` gives at their defaults (inherit it):
 
-* ``window``: a `ladref.lookahead.LookaheadWindow` the step must feed as its lookahead branch
-  (the paper's 2-D Jacobi window; at most one per step);
-* ``topk``: an int k > 0 asks for the model's top-k next tokens at EVERY position the step
-  feeds (`StepOutcome.top`), as Token Recycling's adjacency matrix needs;
-* ``evidence``: an int, read right after ``propose``, grading that proposal (prompt lookup: the
-  length of the suffix it matched); adaptive decoding learns acceptance apart for each grade.
+* ``window`` (default None): a `ladref.lookahead.LookaheadWindow` the step must feed as its
+  lookahead branch (the paper's 2-D Jacobi window; at most one per step);
+* ``topk`` (default 0): an int k > 0 asks for the model's top-k next tokens at EVERY position the
+  step feeds (`StepOutcome.top`), as Token Recycling's adjacency matrix needs;
+* ``evidence`` (default 0): an int, read right after ``propose``, grading that proposal (prompt
+  lookup: the length of the suffix it matched); adaptive decoding learns acceptance apart for
+  each grade.
+
+`step_needs` says what a set of proposers asks of every step (the window, the top-k, the reach).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 from .tree import DraftTree
 
 REQUIRED = ("name", "begin", "propose", "learn")
+OPTIONS = ("window", "topk", "evidence")
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,15 @@ class Proposer(Protocol):
 
     Attributes:
         name: the source's name, recorded on its tree nodes and in the statistics.
+        window: the lookahead window the step must feed, or None.
+        topk: k > 0 asks for the model's top-k next tokens after every fed token (0: none).
+        evidence: the grade of the latest proposal, read right after `propose` (0: ungraded).
     """
 
     name: str
+    window: Window | None
+    topk: int
+    evidence: int
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Start a new call on `prompt` (reset or keep state: the proposer's choice)."""
@@ -100,11 +110,44 @@ class Proposer(Protocol):
         """Update from a finished step (the tokens it accepted, the predictions it made)."""
 
 
+class DraftSource:
+    """A base for proposers: the protocol's options at their defaults (no window, no top-k,
+    ungraded proposals). Subclasses set ``name`` and write ``begin``, ``propose`` and ``learn``."""
+
+    window: Window | None = None
+    topk: int = 0
+    evidence: int = 0
+
+
+@dataclass(frozen=True)
+class StepNeeds:
+    """What a set of proposers asks of every step.
+
+    Attributes:
+        window: the one lookahead window to feed, or None.
+        topk: the largest top-k asked for (0: none).
+        reach: positions past the current token the window may touch, W + N (0 without one);
+            its last cell sits W + N - 3 past the current token.
+    """
+
+    window: Window | None
+    topk: int
+    reach: int
+
+
+def step_needs(proposers: Sequence[Proposer]) -> StepNeeds:
+    """The `StepNeeds` of checked proposers (`check_proposers`)."""
+    window = next((p.window for p in proposers if p.window is not None), None)
+    reach = 0 if window is None else window.grid.shape[0] + window.grid.shape[1] + 1  # (N-1) + W + 1
+    return StepNeeds(window, max(p.topk for p in proposers), reach)
+
+
 def check_proposers(proposers: object) -> list[Proposer]:
     """Validate a proposer or a sequence of them; returns a list.
 
     Raises:
-        TypeError: an object lacks a member of the protocol (named), or its ``topk`` is not an int.
+        TypeError: an object lacks a member or an option of the protocol (named), or its ``topk``
+            is not an int.
         ValueError: no proposer, two lookahead windows, or a negative ``topk``.
     """
     items = [proposers] if not isinstance(proposers, (list, tuple)) else list(proposers)
@@ -113,16 +156,32 @@ def check_proposers(proposers: object) -> list[Proposer]:
     for p in items:
         missing = [m for m in REQUIRED if not hasattr(p, m)]
         missing += [m for m in REQUIRED[1:] if m not in missing and not callable(getattr(p, m))]
-        if missing:
-            raise TypeError(f"{type(p).__name__} does not implement the Proposer protocol: missing {', '.join(missing)}")
+        options = [m for m in OPTIONS if not hasattr(p, m)]
+        if missing or options:
+            hint = " (inherit ladref.DraftSource for the options' defaults: window=None, topk=0, evidence=0)" if options else ""
+            raise TypeError(f"{type(p).__name__} does not implement the Proposer protocol: missing "
+                            f"{', '.join(missing + options)}{hint}")
         if not isinstance(p.name, str) or not p.name:
             raise TypeError(f"{type(p).__name__}.name must be a non-empty str, got {p.name!r}")
-        topk = getattr(p, "topk", 0)
-        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 0:
-            raise TypeError(f"{type(p).__name__}.topk must be an int >= 0, got {topk!r}")
-    if sum(getattr(p, "window", None) is not None for p in items) > 1:
+        if isinstance(p.topk, bool) or not isinstance(p.topk, int) or p.topk < 0:
+            raise TypeError(f"{type(p).__name__}.topk must be an int >= 0, got {p.topk!r}")
+    if sum(p.window is not None for p in items) > 1:
         raise ValueError("at most one proposer may bring a lookahead window")
     return items
+
+
+def propose_apart(proposers: Sequence[Proposer], context: Sequence[int], vocab: int) -> tuple[list[DraftTree], list[int]]:
+    """Each proposer's tree (checked as `merged_tree` does) and its ``evidence``."""
+    trees = [merged_tree([p], context, vocab) for p in proposers]
+    return trees, [int(p.evidence) for p in proposers]
+
+
+def merge_all(trees: Sequence[DraftTree]) -> DraftTree:
+    """The trees merged into one trie, first tree first."""
+    merged = DraftTree.empty()
+    for tree in trees:
+        merged = tree if not len(merged) else merged.merge(tree)
+    return merged
 
 
 def merged_tree(proposers: Sequence[Proposer], context: Sequence[int], vocab: int) -> DraftTree:
@@ -132,12 +191,12 @@ def merged_tree(proposers: Sequence[Proposer], context: Sequence[int], vocab: in
         TypeError: a proposer returned something other than a `DraftTree`.
         ValueError: a draft token outside the vocabulary [0, vocab).
     """
-    tree = DraftTree.empty()
+    trees = []
     for p in proposers:
         proposed = p.propose(context)
         if not isinstance(proposed, DraftTree):
             raise TypeError(f"{type(p).__name__}.propose must return a DraftTree, got {type(proposed).__name__}")
         if len(proposed) and (int(proposed.tokens.min()) < 0 or int(proposed.tokens.max()) >= vocab):
             raise ValueError(f"{type(p).__name__} proposed a token outside the model's vocabulary [0, {vocab})")
-        tree = proposed if not len(tree) else tree.merge(proposed)
-    return tree
+        trees.append(proposed)
+    return merge_all(trees)

@@ -22,7 +22,7 @@ import torch
 from .call import vocab_size
 from .config import check_int
 from .decode import decode_with_proposers
-from .proposer import StepOutcome
+from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
 from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
@@ -92,7 +92,7 @@ class TreeTemplate:
         return max(len(p) for p in self.paths)
 
 
-class RecyclingProposer:
+class RecyclingProposer(DraftSource):
     """Token Recycling's draft source: an adjacency matrix of recent top-k successors and a template.
 
     Args:

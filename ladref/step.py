@@ -1,4 +1,4 @@
-"""One decoding step for any draft source, and the loop that repeats it.
+"""One decoding step for any draft source, and the one loop that repeats it.
 
 A step feeds ``[current | lookahead window (optional) | draft tree]`` in ONE forward pass under
 the combined mask (`ladref.masks`), then reads it top-down as the paper's figure:
@@ -10,24 +10,48 @@ the combined mask (`ladref.masks`), then reads it top-down as the paper's figure
 5. commit: the current token's and the accepted path's K/V stay in the cache;
 6. learn: every proposer sees the `StepOutcome` (the loop).
 
-The output is exactly greedy's whatever the proposers drafted: drafts only decide how many
-tokens one step may accept.
+Between 1 and 2 the loop asks a `StepChoice` which proposed nodes to feed, and whether to feed
+the window: `DraftBudget` feeds everything (up to a budget of nodes), adaptive decoding's
+policy (`ladref.adaptive`) what this machine can afford. The output is exactly greedy's whatever
+the proposers drafted and the choice fed: drafts only decide how many tokens one step may accept.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from .call import TokenSink
-from .masks import build_step_inputs
-from .proposer import Proposer, StepOutcome, Window, merged_tree
+from .masks import StepLayout, build_step_inputs
+from .proposer import Proposer, StepOutcome, Window, merge_all, propose_apart, step_needs
 from .results import DecodeStats
 from .runner import Runner
 from .sampling import Chooser
 from .tree import DraftTree
 from .verify import verify_chosen, verify_greedy
+
+
+def kept_rows(layout: StepLayout, window: bool, topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows whose logits the step keeps, and where in them the window's newest row and the tree sit.
+
+    Args:
+        layout: the step's layout (q = ``layout.length`` rows; W window columns; n tree nodes).
+        window: whether a window is fed.
+        topk: > 0 keeps every row (the top-k of every fed token is wanted).
+
+    Returns:
+        (rows, last, nodes): rows (k,) the step indices to keep, current token first; last (W,)
+        or (0,) and nodes (n,) index into the kept logits.
+    """
+    if topk:  # every row kept: the kept logits are indexed like the step
+        return torch.arange(layout.length), layout.last_row_index(), layout.tree_index()
+    last = layout.last_row_index() if window else torch.empty(0, dtype=torch.long)
+    rows = torch.cat([torch.tensor([0]), last, layout.tree_index()])  # current token, newest window row, tree
+    return rows, torch.arange(1, 1 + len(last)), torch.arange(1 + len(last), len(rows))
 
 
 def draft_step(
@@ -57,26 +81,54 @@ def draft_step(
     step = build_step_inputs(current, None if window is None else window.grid, tree, past)
     layout = step.layout
     # 2. One forward pass over both branches (a plain causal one when the step is a single chain).
-    rows = torch.arange(layout.length) if topk else torch.cat([torch.tensor([0]), layout.last_row_index() if window is not None
-                                                               else torch.empty(0, dtype=torch.long), layout.tree_index()])
+    rows, last, nodes = kept_rows(layout, window is not None, topk)
     logits = runner.forward(step.input_ids, step.position_ids, None if layout.is_causal else step.allowed, rows)  # (k, V)
-    preds = logits.argmax(dim=-1).cpu()
-    tree_rows = layout.tree_index() if topk else torch.arange(len(rows) - len(tree), len(rows))
+    preds = logits.argmax(dim=-1).cpu()  # (k,)
     # 3. Harvest: the window's newest row predicts the next one; the window slides by one row.
-    harvest = None
-    if window is not None:
-        last = layout.last_row_index() if topk else torch.arange(1, 1 + layout.window_size)
-        harvest = window.advance(step.input_ids[: layout.lookahead_len], preds[last])
+    harvest = None if window is None else window.advance(step.input_ids[: layout.lookahead_len], preds[last])
     # 4. Verify: the longest tree path greedy agrees with, plus one token (or the chooser's walk).
     if chooser is None:
-        verdict = verify_greedy(tree, int(preds[0]), preds[tree_rows])
+        verdict = verify_greedy(tree, int(preds[0]), preds[nodes])
     else:
-        verdict = verify_chosen(tree, logits[0], logits[tree_rows], chooser.choose, [current] if context is None else context)
+        verdict = verify_chosen(tree, logits[0], logits[nodes], chooser.choose, [current] if context is None else context)
     # 5. Commit the current token and the accepted path's K/V to the cache.
     runner.commit(past, torch.cat([torch.tensor([0]), layout.tree_index()[verdict.path]]))
-    top = logits.topk(topk, dim=-1).indices.cpu() if topk else None
-    return StepOutcome(past, step.input_ids, tree, verdict.tokens.tolist(), verdict.path, int(preds[0]), preds[tree_rows],
-                       harvest, top, layout.lookahead_len - 1)
+    return StepOutcome(position=past, input_ids=step.input_ids, tree=tree, tokens=verdict.tokens.tolist(), path=verdict.path,
+                       root_pred=int(preds[0]), node_preds=preds[nodes], harvest=harvest,
+                       top=logits.topk(topk, dim=-1).indices.cpu() if topk else None, window_tokens=layout.lookahead_len - 1)
+
+
+class StepChoice(Protocol):
+    """What each step feeds, chosen from the proposed trees (the loop's hook; `DraftBudget`,
+    `ladref.adaptive.PolicyChoice`)."""
+
+    def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
+        """(the tree to feed, whether to feed the window) at KV length `kv`; `window_cells`: the
+        window's cells besides the current token, None without a window."""
+
+    def observe(self, tokens: Sequence[int]) -> None:
+        """The tokens the step accepted (before the proposers learn)."""
+
+    def timed(self, fed: int, kv: int, seconds: float) -> None:
+        """What the whole step cost: `fed` tokens at KV length `kv`, proposing the next trees included."""
+
+
+@dataclass(frozen=True)
+class DraftBudget:
+    """The trivial choice: every proposed node merged into one trie (its first `budget` nodes,
+    parents before children, when a budget is set), and the window at every step."""
+
+    budget: int | None = None
+
+    def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
+        tree = merge_all(trees)
+        return (tree if self.budget is None else tree.prune(self.budget)), True
+
+    def observe(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def timed(self, fed: int, kv: int, seconds: float) -> None:
+        pass
 
 
 def run_drafting(
@@ -87,7 +139,7 @@ def run_drafting(
     stats: DecodeStats,
     chooser: Chooser | None = None,
     position_limit: int | None = None,
-    draft_budget: int | None = None,
+    choice: StepChoice | None = None,
 ) -> None:
     """Prefill, then run draft steps until `sink` is done (every tree decoder's loop).
 
@@ -99,29 +151,32 @@ def run_drafting(
         stats: filled in place.
         chooser: None for greedy decoding.
         position_limit: the model's context length; drafts that would pass it are dropped.
-        draft_budget: most tree nodes fed per step (the first ones, parents before children).
+        choice: what each step feeds; default `DraftBudget()`, every proposed node and the window.
     """
-    window = next((p.window for p in proposers if getattr(p, "window", None) is not None), None)
-    topk = max(getattr(p, "topk", 0) for p in proposers)
+    choice = DraftBudget() if choice is None else choice
+    needs = step_needs(proposers)
+    cells = None if needs.window is None else needs.window.grid.numel() - 1
     context = prompt.tolist()
     for proposer in proposers:
         proposer.begin(list(context))
-    # 1. Propose: every source's drafts for the current token, merged into one trie (the first
-    #    step's are checked before any forward pass, the prompt's included).
-    tree = merged_tree(proposers, context, runner.vocab_size)
+    # 1. Propose: each source's tree, kept apart until the choice (the first step's are checked
+    #    before any forward pass, the prompt's included).
+    trees, evidence = propose_apart(proposers, context, runner.vocab_size)
     current = runner.prefill(prompt, stats)
     while True:
+        start, kv = time.perf_counter(), runner.past_len
         if position_limit is not None:
-            tree = tree.within_depth(position_limit - 1 - runner.past_len)
-        if draft_budget is not None:
-            tree = tree.prune(draft_budget)
-        outcome = draft_step(runner, current, tree, window, chooser, context, topk)  # steps 2-5
+            trees = [tree.within_depth(position_limit - 1 - kv) for tree in trees]
+        tree, feed_window = choice.choose(trees, evidence, kv, cells)  # what this step feeds
+        outcome = draft_step(runner, current, tree, needs.window if feed_window else None, chooser, context, needs.topk)  # 2-5
         stats.record_step(sink.extend(outcome.tokens), outcome.fed, outcome.window_tokens, tree, outcome.path)
-        # 6. Learn: every source sees what the step fed, predicted and accepted.
+        # 6. Learn: the choice sees the accepted tokens; every source sees what the step fed, predicted and accepted.
+        choice.observe(outcome.tokens)
         for proposer in proposers:
             proposer.learn(outcome)
         if sink.done:
             return
         context.extend(outcome.tokens)
         current = outcome.tokens[-1]
-        tree = merged_tree(proposers, context, runner.vocab_size)  # 1. propose the next step's drafts
+        trees, evidence = propose_apart(proposers, context, runner.vocab_size)  # 1. propose the next step's drafts
+        choice.timed(outcome.fed, kv, time.perf_counter() - start)

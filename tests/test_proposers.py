@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, vocab_sizes
 
 from ladref import (
+    DraftSource,
     DraftTree,
     JacobiProposer,
     LookaheadConfig,
@@ -117,7 +118,7 @@ class CountForwards:
         self.calls, self.handle = 0, model.register_forward_pre_hook(lambda *a: setattr(self, "calls", self.calls + 1))
 
 
-class Stray:
+class Stray(DraftSource):
     name = "stray"
 
     def begin(self, prompt):

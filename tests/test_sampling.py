@@ -251,10 +251,11 @@ def _sampled_adaptively(static: bool, chooser_factory, draws: int, k: int = 2) -
     A flat cost curve makes the policy feed every proposed node. ``static``: through a
     `StaticRunner` of a few widths, the runner `ladref.CompiledAdaptiveDecoder` compiles (here
     not compiled: the same padded steps), one runner for all draws as there."""
-    from ladref.adaptive import run_adaptive
+    from ladref.adaptive import PolicyChoice
     from ladref.call import TokenSink
     from ladref.cost import CostModel
     from ladref.policy import DraftPolicy
+    from ladref.step import run_drafting
     from ladref.results import DecodeStats
     from ladref.runner import ModelRunner
     from ladref.static import StaticRunner
@@ -265,7 +266,7 @@ def _sampled_adaptively(static: bool, chooser_factory, draws: int, k: int = 2) -
     policy, chooser = DraftPolicy(CostModel.flat(64), getattr(runner, "widths", None)), chooser_factory()
     for _ in range(draws):
         sink, stats = TokenSink(k, frozenset()), DecodeStats()
-        run_adaptive(runner or ModelRunner(model), torch.tensor(prompt), proposers, policy, sink, stats, chooser)
+        run_drafting(runner or ModelRunner(model), torch.tensor(prompt), proposers, sink, stats, chooser, None, PolicyChoice(policy))
         samples.append(sink.tokens)
         accepted += stats.new_tokens - stats.steps
     return joint_counts(samples, 8, k), accepted

@@ -40,6 +40,7 @@ from IPython.display import HTML, display
 from matplotlib.colors import ListedColormap
 
 from ladref import (
+    DraftSource,
     DraftTree,
     JacobiProposer,
     LookaheadConfig,
@@ -264,8 +265,9 @@ plt.show()
 # two sources both propose goes to the first in the list).
 #
 # `stats` keeps a histogram per source, not which source each accepted token came from. A
-# proposer of our own can watch that. A proposer is any object with a `name` and three methods
-# (the `ladref.Proposer` protocol):
+# proposer of our own can watch that. A proposer is an object with a `name`, three methods and
+# three options (the `ladref.Proposer` protocol); inheriting `ladref.DraftSource` sets the options
+# to their defaults:
 #
 # * `begin(prompt)`: a new call starts (reset, or keep what was learned);
 # * `propose(context)`: a `DraftTree` of guesses after `context[-1]`, the current token;
@@ -276,7 +278,7 @@ plt.show()
 # tokens with the source of each.
 
 # %%
-class Watcher:
+class Watcher(DraftSource):
     """Proposes nothing; records, for every step, the source of each accepted token."""
 
     name = "watcher"
@@ -333,7 +335,7 @@ for i, step in enumerate(watcher.steps):
 # datastore here is the model's answer to a neighbouring question.
 
 # %%
-class Retrieval:
+class Retrieval(DraftSource):
     """Drafts the continuations of the context's last `n` tokens found in reference texts."""
 
     name = "retrieval"
@@ -385,10 +387,11 @@ for proposer in (Incomplete(), OutOfVocabulary([])):
         print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
-# Two optional attributes ask the step for more: `window` (a `ladref.LookaheadWindow` the step
-# feeds as its lookahead branch, as `LookaheadProposer` does) and `topk` (an int k: the step then
-# returns the model's top-k next tokens after every token it fed in `StepOutcome.top`, as Token
-# Recycling needs). The documentation's page on draft trees and proposers has the full protocol.
+# The options ask the step for more: `window` (a `ladref.LookaheadWindow` the step feeds as its
+# lookahead branch, as `LookaheadProposer` does) and `topk` (an int k: the step then returns the
+# model's top-k next tokens after every token it fed in `StepOutcome.top`, as Token Recycling
+# needs); `evidence` grades a proposal for adaptive decoding. `DraftSource` sets them to None, 0
+# and 0. The documentation's page on draft trees and proposers has the full protocol.
 #
 # ## Exercises
 #

@@ -27,7 +27,7 @@ from ladref import (
     prompt_lookup_decode,
     recycling_decode,
 )
-from ladref.proposer import merged_tree
+from ladref.proposer import merged_tree, step_needs
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 from ladref.sampling import SamplingChooser, Warp
@@ -100,8 +100,8 @@ def drive(run: tuple, spy: bool = False):
     arch, vocab, seed, prompt, specs, steps, sample = run
     model = build_tiny(arch, vocab, seed)
     proposers = proposers_of(specs, vocab)
-    window = next((p.window for p in proposers if getattr(p, "window", None) is not None), None)
-    topk = max(getattr(p, "topk", 0) for p in proposers)
+    needs = step_needs(proposers)
+    window, topk = needs.window, needs.topk
     chooser = None if sample is None else SamplingChooser(Warp(sample[0]), torch.Generator().manual_seed(sample[1]))
     context = list(prompt)
     for proposer in proposers:
