@@ -23,7 +23,7 @@ The core, in reading order (the order of the tutorials and the docs):
    `ladref.compiled` and `ladref.precompiled` (constant shapes over a static cache, compiled once);
 8. plumbing: `ladref.runner` (the only module touching transformers internals), `ladref.kernels`
    (the attention-kernel choice), `ladref.call` (input checks, stopping rules), `ladref.types`,
-   `ladref.models` (the embedded model).
+   `ladref.models` (the embedded model), `ladref.compat` (clear errors for earlier call shapes).
 
 What you run rather than read (benchmarks, auto-tuning, FLOPs, datasets, the demo, the prompt
 lookup baseline) lives in `ladref.bench`; the core never imports it.

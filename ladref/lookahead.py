@@ -17,11 +17,11 @@ verification alone decides what is emitted (docs/sampling.md).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
+from .compat import reject_old_call_shape
 from .config import LookaheadConfig, check_int
 from .decode import decode_with_proposers
 from .ngram_pool import NGramPool
@@ -111,24 +111,6 @@ class LookaheadProposer(DraftSource):
         """Add the W n-grams read down the window's columns (once they are the model's)."""
         if outcome.harvest is not None:
             self.pool.harvest(outcome.harvest[:-1], outcome.harvest[-1])
-
-
-def reject_old_call_shape(decode: Callable) -> Callable:
-    """Turn the pre-0.2 call ``lookahead_decode(model, ids, config, max_new_tokens)`` into a clear error.
-
-    Every decoder now takes ``(model, input_ids, max_new_tokens, *, ...)``; lookahead's config is
-    the keyword ``config=``. Without this guard the old call would fail inside Python's argument
-    binding ("takes from 2 to 3 positional arguments") or pass a config as max_new_tokens.
-    """
-
-    @functools.wraps(decode)
-    def checked(*args, **kwargs):
-        if len(args) > 3 or (len(args) == 3 and isinstance(args[2], LookaheadConfig)):
-            raise TypeError("lookahead_decode(model, input_ids, config, max_new_tokens) is the old call shape; "
-                            "call lookahead_decode(model, input_ids, max_new_tokens, config=config)")
-        return decode(*args, **kwargs)
-
-    return checked
 
 
 @reject_old_call_shape

@@ -77,14 +77,14 @@ class DecodeStats:
 
 @dataclass
 class DecodeResult:
-    """Output of `greedy_decode`, `jacobi_decode` and `lookahead_decode`.
+    """Output of every decoder (`DecodeCall.finish` builds it).
 
     Attributes:
         token_ids: the generated token ids, prompt excluded; ends with EOS when EOS was produced.
         text: `token_ids` decoded with the tokenizer passed in, else None.
         stats: the `DecodeStats` of the call.
-        method: "greedy", "jacobi", "lookahead", "sample" (`sample_decode`) or "plookup"
-            (transformers' prompt lookup).
+        method: the decoder: "greedy", "sample" (`sample_decode`), "jacobi", "lookahead",
+            "prompt_lookup", "recycling", "draft" (`draft_decode`) or "adaptive".
     """
 
     token_ids: list[int]

@@ -94,8 +94,6 @@ class ModelRunner:
         checked: the caller has already run `check_model` on this model (once per call).
     """
 
-    constant_shapes = False  # steps feed only the candidates found (`ladref.static.StaticRunner` pads to G)
-
     def __init__(self, model: torch.nn.Module, attention_backend: str = "auto", checked: bool = False) -> None:
         if not checked:
             check_model(model)

@@ -137,8 +137,6 @@ class StaticRunner:
         from_disk: {width: whether its package was found in `compile_dir`} (with a `compile_dir`).
     """
 
-    constant_shapes = True  # lookahead steps always feed G candidate rows
-
     def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
                  compile_mode: str | None = None, commit_slots: int | None = None, step_width: int | None = None, *,
                  widths: Sequence[int] | None = None, compile_dir: str | os.PathLike | None = None) -> None:

@@ -77,7 +77,7 @@ class SpyRunner:
 
     def __init__(self, runner: ModelRunner) -> None:
         self.runner, self.calls = runner, []
-        self.vocab_size, self.device, self.constant_shapes = runner.vocab_size, runner.device, runner.constant_shapes
+        self.vocab_size, self.device = runner.vocab_size, runner.device
 
     @property
     def past_len(self) -> int:
