@@ -71,8 +71,9 @@ def record_expected(snapshot, markers: list[str], seed: int, work: Path, timeout
     return recorded
 
 
-def verdicts(task: Task, groups: dict, records: list[dict]) -> list[GroupGrade]:
-    """Compare the submission's answers with the reference's, case by case (unanswered cases fail)."""
+def verdicts(task: Task, groups: dict, records: list[dict], ended: str = "the process ended first") -> list[GroupGrade]:
+    """Compare the submission's answers with the reference's, case by case (unanswered cases fail,
+    "not run: " + `ended`, or because an earlier case of their group ran past its time)."""
     from answer_diff import feedback, first_difference
 
     answers = {}
@@ -83,7 +84,7 @@ def verdicts(task: Task, groups: dict, records: list[dict]) -> list[GroupGrade]:
     graded = []
     for name, group in groups.items():
         grade = GroupGrade(name, group["points"], not group["visible"])
-        unrun = "not run: the process ended first"
+        unrun = f"not run: {ended}"
         for case in group["cases"]:
             expected, answer = group["expected"][case["id"]], answers.get((name, case["id"]))
             if answer is None:
@@ -119,13 +120,8 @@ def grade_task(task: Task, student: Path, snapshot, expected: dict, work: Path, 
         why = (f"the submitted code did not finish importing within the task's {timeout:g} s" if timed_out
                else "the submitted code does not import:\n" + "\n".join(errors.strip().splitlines()[-8:]))
         return TaskGrade(task, [], why, seconds)
-    graded = verdicts(task, groups, records)
-    if timed_out:
-        for group in graded:
-            for case, (outcome, message) in group.outcomes.items():
-                if "not run" in message:
-                    group.outcomes[case] = (outcome, message.replace("the process ended first", f"the task's {timeout:g} s were spent"))
-    return TaskGrade(task, graded, None, seconds)
+    ended = f"the task's {timeout:g} s were spent" if timed_out else "the process ended first"
+    return TaskGrade(task, verdicts(task, groups, records, ended), None, seconds)
 
 
 def handed_in(student: Path, task: Task) -> bool:

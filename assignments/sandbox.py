@@ -69,7 +69,7 @@ class Snapshot:
         if submitted is not None:
             shutil.copyfile(submitted, dest / "pkg" / module)
 
-    def changed(self, since: dict[str, float] | None = None) -> list[str]:
+    def changed(self) -> list[str]:
         """The snapshot's files that now differ from, or are missing in, the reference folder."""
         found = []
         for rel, data in self.files.items():

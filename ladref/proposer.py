@@ -170,10 +170,24 @@ def check_proposers(proposers: object) -> list[Proposer]:
     return items
 
 
+def proposal(p: Proposer, context: Sequence[int], vocab: int) -> DraftTree:
+    """``p.propose(context)``, checked.
+
+    Raises:
+        TypeError: the proposer returned something other than a `DraftTree`.
+        ValueError: a draft token outside the vocabulary [0, vocab).
+    """
+    proposed = p.propose(context)
+    if not isinstance(proposed, DraftTree):
+        raise TypeError(f"{type(p).__name__}.propose must return a DraftTree, got {type(proposed).__name__}")
+    if len(proposed) and (int(proposed.tokens.min()) < 0 or int(proposed.tokens.max()) >= vocab):
+        raise ValueError(f"{type(p).__name__} proposed a token outside the model's vocabulary [0, {vocab})")
+    return proposed
+
+
 def propose_apart(proposers: Sequence[Proposer], context: Sequence[int], vocab: int) -> tuple[list[DraftTree], list[int]]:
-    """Each proposer's tree (checked as `merged_tree` does) and its ``evidence``."""
-    trees = [merged_tree([p], context, vocab) for p in proposers]
-    return trees, [int(p.evidence) for p in proposers]
+    """Each proposer's checked tree (`proposal`) and its ``evidence``."""
+    return [proposal(p, context, vocab) for p in proposers], [int(p.evidence) for p in proposers]
 
 
 def merge_all(trees: Sequence[DraftTree]) -> DraftTree:
@@ -188,15 +202,6 @@ def merged_tree(proposers: Sequence[Proposer], context: Sequence[int], vocab: in
     """Every proposer's tree for the current token, merged into one trie (first proposer first).
 
     Raises:
-        TypeError: a proposer returned something other than a `DraftTree`.
-        ValueError: a draft token outside the vocabulary [0, vocab).
+        TypeError / ValueError: as `proposal`, for the first proposer whose tree is refused.
     """
-    trees = []
-    for p in proposers:
-        proposed = p.propose(context)
-        if not isinstance(proposed, DraftTree):
-            raise TypeError(f"{type(p).__name__}.propose must return a DraftTree, got {type(proposed).__name__}")
-        if len(proposed) and (int(proposed.tokens.min()) < 0 or int(proposed.tokens.max()) >= vocab):
-            raise ValueError(f"{type(p).__name__} proposed a token outside the model's vocabulary [0, {vocab})")
-        trees.append(proposed)
-    return merge_all(trees)
+    return merge_all([proposal(p, context, vocab) for p in proposers])

@@ -9,7 +9,6 @@ within the time limits, without touching the other tasks' scores.
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import os
 import re
@@ -21,16 +20,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from kit import load
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ROOT / "assignments"
-
-
-def load(name: str):
-    """Import assignments/<name>.py (the folder is a set of scripts, not a package)."""
-    if str(ASSIGNMENTS) not in sys.path:
-        sys.path.insert(0, str(ASSIGNMENTS))  # as the scripts themselves do
-    return importlib.import_module(name)
 
 
 tasks_mod = load("tasks")

@@ -3,7 +3,6 @@ questions' hand-in files, stubs that say which task comes first, and docs that h
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import subprocess
@@ -12,15 +11,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from kit import load
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = ROOT / "assignments"
-if str(ASSIGNMENTS) not in sys.path:
-    sys.path.insert(0, str(ASSIGNMENTS))  # the folder is a set of scripts, as they import each other
-
-tasks_mod = importlib.import_module("tasks")
-make_student = importlib.import_module("make_student")
-handouts = importlib.import_module("handouts")
+tasks_mod, make_student, handouts = map(load, ("tasks", "make_student", "handouts"))
 
 # functions outside a task's list that would solve (most of) it, now part of the task
 SHORTCUTS = {

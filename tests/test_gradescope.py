@@ -11,7 +11,6 @@ itself needs the network and is not run here).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -21,17 +20,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from kit import load
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ROOT / "assignments"
 FAST_TASK = "task1_2"  # the quickest task to grade: the end-to-end runs grade it alone
-
-
-def load(name: str):
-    """Import assignments/<name>.py (the folder is a set of scripts, not a package)."""
-    if str(ASSIGNMENTS) not in sys.path:
-        sys.path.insert(0, str(ASSIGNMENTS))  # as the scripts themselves do
-    return importlib.import_module(name)
 
 
 make_gradescope = load("make_gradescope")

@@ -10,25 +10,17 @@ submission must still score full marks beside them.
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from kit import load
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = ROOT / "assignments"
-if str(ASSIGNMENTS) not in sys.path:
-    sys.path.insert(0, str(ASSIGNMENTS))  # as the scripts themselves do
-autograde = importlib.import_module("autograde")
-make_student = importlib.import_module("make_student")
-report = importlib.import_module("report")
-tasks_mod = importlib.import_module("tasks")
-sandbox = importlib.import_module("sandbox")
+autograde, make_student, report, tasks_mod, sandbox = map(load, ("autograde", "make_student", "report", "tasks", "sandbox"))
 
 TASK = tasks_mod.task_by_marker("task1_2")
 pytestmark = pytest.mark.slow
