@@ -22,7 +22,8 @@ The core, in reading order (the order of the tutorials and the docs):
    `ladref.adaptive` (drafting only what the machine affords), `ladref.static`,
    `ladref.compiled` and `ladref.precompiled` (constant shapes over a static cache, compiled once);
 8. plumbing: `ladref.runner` (the only module touching transformers internals), `ladref.kernels`
-   (the attention-kernel choice), `ladref.call` (input checks, stopping rules), `ladref.types`,
+   (the attention-kernel choice), `ladref.call` (input checks, stopping rules), `ladref.options`
+   (the keywords every decoder shares), `ladref.types`,
    `ladref.models` (the embedded model), `ladref.compat` (clear errors for earlier call shapes).
 
 What you run rather than read (benchmarks, auto-tuning, FLOPs, datasets, the demo, the prompt
@@ -39,6 +40,7 @@ from .greedy import greedy_decode
 from .jacobi import JacobiProposer, jacobi_decode
 from .lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
 from .models import chat_ids, default_device, load_default_model
+from .options import DecodeOptions
 from .prompt_lookup import PromptLookupProposer, prompt_lookup_decode
 from .proposer import DraftSource, Proposer, StepOutcome
 from .recycling import RecyclingProposer, TreeTemplate, recycling_decode
@@ -53,6 +55,7 @@ __all__ = [
     "CompiledDecoder",
     "CostCache",
     "CostModel",
+    "DecodeOptions",
     "DecodeResult",
     "DecodeStats",
     "DraftSource",

@@ -13,24 +13,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import Unpack
 
-from .call import DecodeCall, vocab_size
+from .call import DecodeCall
 from .config import LookaheadConfig
 from .cost import DEFAULT_KV_LENGTHS, CostCache, CostModel, default_widths
 from .lookahead import LookaheadProposer
-from .policy import DraftPolicy
+from .policy import DraftPolicy, PolicySettings
 from .prompt_lookup import PromptLookupProposer
-from .proposer import Proposer, check_proposers, step_needs
+from .options import CallOptions, DecodeOptions, accept
+from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from .recycling import RecyclingProposer
 from .results import DecodeResult
-from .runner import Runner
-from .sampling import make_chooser
+from .runner import ModelFacts, Runner
+from .sampling import chooser_for
 from .step import run_drafting
 from .tree import DraftTree
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
-MAX_DRAFT_DEPTH = 16  # the deepest draft checked against the context before a call (as draft_decode's max_depth)
 
 
 def default_proposers(model: torch.nn.Module, window: LookaheadConfig | None = DEFAULT_WINDOW) -> list[Proposer]:
@@ -38,17 +39,17 @@ def default_proposers(model: torch.nn.Module, window: LookaheadConfig | None = D
     sources: list[Proposer] = [PromptLookupProposer()]
     if window is not None:
         sources.append(LookaheadProposer(window))
-    return sources + [RecyclingProposer(vocab_size(model))]
+    return sources + [RecyclingProposer.for_model(model)]
 
 
 def kv_lengths_for(model: torch.nn.Module, runner: Runner | None = None) -> tuple[int, ...]:
     """The default KV lengths to measure at that fit the model's context and the runner's static
     cache, if it has one (with the widest step)."""
-    limits = [getattr(model.config.get_text_config(), "max_position_embeddings", None), getattr(runner, "max_length", None)]
-    limits = [limit for limit in limits if limit is not None]
+    facts = ModelFacts.of(model) if runner is None else runner.facts
+    limits = [limit for limit in (facts.context, None if runner is None else runner.max_length) if limit is not None]
     if not limits:
         return DEFAULT_KV_LENGTHS
-    widest = getattr(runner, "step_width", None) or max(default_widths(next(model.parameters()).device))
+    widest = (runner is not None and runner.step_width) or max(default_widths(facts.device))
     room = min(limits) - widest - 8
     return tuple(kv for kv in DEFAULT_KV_LENGTHS if kv <= room) or (max(room // 2, 1),)
 
@@ -62,8 +63,9 @@ class PolicyChoice:
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
         self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
-        tree, feed_window, _ = self.policy.choose(trees, kv, window_cells, evidence)
-        return tree, feed_window
+        choice = self.policy.choose(trees, kv, window_cells, evidence)
+        self.policy.watch(choice.probe, choice.probe_expected)  # what drafting alone would feed: checked, fed or not
+        return choice.tree, choice.window
 
     def observe(self, tokens: Sequence[int]) -> None:
         self.policy.observe(tokens)
@@ -108,7 +110,7 @@ class AdaptiveDecoder:
         self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
         self.calibrate = cost is None if calibrate is None else bool(calibrate)
         self.cost_cache: CostCache | None = None
-        self.widths = getattr(runner, "widths", None)
+        self.widths = None if runner is None else runner.widths
         if cache is not None:
             CostCache.given(cache)  # checked even when `cost` makes it unused
         if cost is None:  # measured at the runner's widths when it has them (the only ones it can take)
@@ -116,23 +118,20 @@ class AdaptiveDecoder:
             cost = self.cost_cache.get(model, runner, widths=self.widths, kv_lengths=kv_lengths_for(model, runner),
                                        attention_backend=attention_backend)
         self.cost, self.keep_learning = cost, keep_learning
-        self.policy = DraftPolicy(cost, self.widths, calibrate=self.calibrate)
+        self.policy = DraftPolicy(cost, self.widths, PolicySettings(calibrate=self.calibrate))
 
-    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, *, eos_token_id: EosIds = None,
-                 tokenizer: Tokenizer | None = None, do_sample: bool = False, temperature: float | None = None,
-                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
-                 streamer: Streamer | None = None) -> DecodeResult:
-        """Decode one prompt (arguments as `adaptive_decode`)."""
-        chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
+    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, **options: Unpack[CallOptions]) -> DecodeResult:
+        """Decode one prompt (arguments as `adaptive_decode`; the attention backend is the decoder's)."""
+        chooser = chooser_for(accept("AdaptiveDecoder.__call__", options, CallOptions))
         if not self.keep_learning:
-            self.policy = DraftPolicy(self.cost, self.widths, calibrate=self.calibrate)
-        extent = max(MAX_DRAFT_DEPTH, step_needs(self.proposers).reach)
-        call = DecodeCall.begin(self.model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer,
-                                self.attention_backend, self.runner)
+            self.policy = DraftPolicy(self.cost, self.widths, PolicySettings(calibrate=self.calibrate))
+        reach = step_needs(self.proposers, MAX_DRAFT_DEPTH).reach
+        call = DecodeCall.begin(self.model, input_ids, max_new_tokens, reach,
+                                {**options, "attention_backend": self.attention_backend}, self.runner)
         with torch.inference_mode():
             run_drafting(call.runner, call.prompt, self.proposers, call.sink, call.stats, chooser, call.position_limit,
                          PolicyChoice(self.policy))
-        return call.finish(tokenizer, "adaptive")
+        return call.finish("adaptive")
 
 
 def adaptive_decode(
@@ -144,15 +143,7 @@ def adaptive_decode(
     cache: CostCache | None = None,
     proposers: Sequence[Proposer] | None = None,
     window: LookaheadConfig | None = DEFAULT_WINDOW,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    **options: Unpack[DecodeOptions],
 ) -> DecodeResult:
     """Decoding that drafts only what this machine can afford; greedy output identical to `greedy_decode`.
 
@@ -171,21 +162,13 @@ def adaptive_decode(
             (17-30 s for SmolLM2-135M on 2 idle CPU cores), every later call and process reads it.
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        do_sample: sample instead of taking the argmax; the output is distributed exactly as
-            ordinary sampling (`ladref.sampling`).
-        temperature: sampling temperature (> 0; default 1).
-        top_k: keep the k most likely tokens when sampling (None: all).
-        top_p: nucleus sampling threshold in (0, 1] (None: off).
-        generator: CPU `torch.Generator` making the draws reproducible.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "adaptive".
     """
-    decoder = AdaptiveDecoder(model, cost=cost, cache=cache, proposers=proposers, window=window,
-                              attention_backend=attention_backend)
-    return decoder(input_ids, max_new_tokens, eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample,
-                   temperature=temperature, top_k=top_k, top_p=top_p, generator=generator, streamer=streamer)
+    options = dict(accept("adaptive_decode", options, DecodeOptions))
+    backend = options.pop("attention_backend", "auto")  # the decoder's, for every call
+    decoder = AdaptiveDecoder(model, cost=cost, cache=cache, proposers=proposers, window=window, attention_backend=backend)
+    return decoder(input_ids, max_new_tokens, **options)

@@ -7,22 +7,24 @@ make a fresh `ModelRunner`, send the prompt to the streamer) and ends with `Deco
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .config import check_int
 from .results import DecodeResult, DecodeStats
-from .runner import ModelRunner, Runner, check_model
+from .runner import ModelFacts, ModelRunner, Runner, check_model
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 
-def prompt_ids(model: torch.nn.Module, input_ids: TokenIds) -> torch.Tensor:
+def prompt_ids(facts: ModelFacts, input_ids: TokenIds) -> torch.Tensor:
     """Validate a prompt and return it as a 1-D long tensor on the CPU.
 
     Args:
-        model: the model (its vocabulary size bounds the ids).
+        facts: the model's (its vocabulary size bounds the ids; its device is the one allowed
+            besides the CPU).
         input_ids: a list of ints, a (L,) tensor or a (1, L) tensor, on the CPU or on the
             model's device (a tensor on another accelerator is refused, not silently moved).
 
@@ -33,9 +35,8 @@ def prompt_ids(model: torch.nn.Module, input_ids: TokenIds) -> torch.Tensor:
         TypeError, ValueError: for a bad prompt (the model itself is checked by `check_model`).
     """
     if isinstance(input_ids, torch.Tensor):
-        model_device = model_param(model).device
-        if input_ids.device.type != "cpu" and input_ids.device != model_device:
-            raise ValueError(f"input_ids are on {input_ids.device} but the model is on {model_device}; move them with .to(model.device)")
+        if input_ids.device.type != "cpu" and input_ids.device != facts.device:
+            raise ValueError(f"input_ids are on {input_ids.device} but the model is on {facts.device}; move them with .to(model.device)")
         ids = input_ids.detach().cpu()
     elif isinstance(input_ids, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in input_ids):
         ids = torch.tensor(input_ids, dtype=torch.long)
@@ -51,41 +52,20 @@ def prompt_ids(model: torch.nn.Module, input_ids: TokenIds) -> torch.Tensor:
         raise ValueError(f"input_ids must have shape (L,) or (1, L), got {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError("the prompt is empty: input_ids needs at least one token")
-    vocab = vocab_size(model)
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise ValueError(f"input_ids hold ids outside the model's vocabulary [0, {vocab})")
+    if int(ids.min()) < 0 or int(ids.max()) >= facts.vocab_size:
+        raise ValueError(f"input_ids hold ids outside the model's vocabulary [0, {facts.vocab_size})")
     return ids.long()
 
 
-def model_param(model: torch.nn.Module) -> torch.Tensor:
-    """The model's first parameter (its device and dtype stand for the model's)."""
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a transformers causal LM (torch.nn.Module), got {type(model).__name__}")
-    param = next(model.parameters(), None)
-    if param is None:
-        raise ValueError(f"{type(model).__name__} has no parameters")
-    return param
-
-
-def position_limit(model: torch.nn.Module) -> int | None:
-    """The model's context length (``max_position_embeddings``), or None when it has none."""
-    return getattr(model.config.get_text_config(), "max_position_embeddings", None)
-
-
-def vocab_size(model: torch.nn.Module) -> int:
-    """V, the model's vocabulary size (its input embedding's rows)."""
-    model_param(model)
-    return model.get_input_embeddings().num_embeddings
-
-
-def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, lookahead: int) -> None:
+def check_budget(facts: ModelFacts, prompt_len: int, max_new_tokens: int, lookahead: int) -> None:
     """Check max_new_tokens and that prompt + output (+ speculative positions) fit the context.
 
     Args:
+        facts: the model's (``facts.context``: its context length, None for none).
         lookahead: how many positions past the last committed token a step may touch.
     """
     check_int("max_new_tokens", max_new_tokens, 1)
-    limit = position_limit(model)
+    limit = facts.context
     if limit is not None and prompt_len >= limit:
         raise ValueError(f"the prompt ({prompt_len} tokens) leaves no room in the model's context of {limit} positions")
     need = prompt_len + max_new_tokens + lookahead
@@ -96,13 +76,14 @@ def check_budget(model: torch.nn.Module, prompt_len: int, max_new_tokens: int, l
         )
 
 
-def eos_ids(model: torch.nn.Module, eos_token_id: EosIds, tokenizer: Tokenizer | None = None) -> frozenset[int]:
+def eos_ids(model: torch.nn.Module, vocab: int, eos_token_id: EosIds, tokenizer: Tokenizer | None = None) -> frozenset[int]:
     """EOS ids to stop at.
 
     Resolution order: the argument (an empty list means "no EOS, always generate max_new_tokens"),
     the model's generation config, the model's config, the tokenizer's `eos_token_id`. A model
     without any EOS is decoded to max_new_tokens; but passing a tokenizer (asking for text) whose
     EOS is unknown everywhere is an error, since the output would never stop where text ends.
+    Each id must be in the vocabulary [0, `vocab`).
     """
     if eos_token_id is None:
         config = getattr(model, "generation_config", None)
@@ -124,7 +105,6 @@ def eos_ids(model: torch.nn.Module, eos_token_id: EosIds, tokenizer: Tokenizer |
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
         raise TypeError(f"eos_token_id must be an int or a list of ints, got {type(eos_token_id).__name__}")
     ids = list(ids)
-    vocab = model.get_input_embeddings().num_embeddings
     for token in ids:
         if isinstance(token, bool) or not isinstance(token, int):
             raise TypeError(f"eos_token_id must hold ints, got {type(token).__name__}")
@@ -210,9 +190,9 @@ class DecodeCall:
         stats: filled by the decoder.
         sink: collects accepted tokens and applies the stopping rules.
         start: `time.perf_counter()` when the call began.
-        device: the model's device.
+        facts: the model's `ModelFacts` (device, vocabulary, context), read once.
+        tokenizer: decodes the result's text (or None).
         streamer: receives the prompt, each kept token, then ``end()`` (or None).
-        position_limit: the model's context length (None: unbounded); drafts past it are dropped.
     """
 
     prompt: torch.Tensor
@@ -220,9 +200,19 @@ class DecodeCall:
     stats: DecodeStats
     sink: TokenSink
     start: float
-    device: torch.device
+    facts: ModelFacts
+    tokenizer: Tokenizer | None = None
     streamer: Streamer | None = None
-    position_limit: int | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """The model's device."""
+        return self.facts.device
+
+    @property
+    def position_limit(self) -> int | None:
+        """The model's context length (None: unbounded); drafts past it are dropped."""
+        return self.facts.context
 
     @classmethod
     def begin(
@@ -231,47 +221,46 @@ class DecodeCall:
         input_ids: TokenIds,
         max_new_tokens: int,
         extent: int,
-        eos_token_id: EosIds,
-        tokenizer: Tokenizer | None = None,
-        streamer: Streamer | None = None,
-        attention_backend: str = "auto",
+        options: Mapping[str, Any] | None = None,
         runner: Runner | None = None,
         *,
         stop: Callable[[list[int]], bool] | None = None,
         put_prompt: bool = True,
         generate_loop: bool = False,
     ) -> "DecodeCall":
-        """Start the clock, check the model (once) and the prompt and budget, resolve EOS, make a fresh runner.
+        """Start the clock, make the runner (it checks the model and reads its facts, once), check
+        the prompt and budget against them, resolve EOS.
 
         Args:
             extent: positions past the last committed token a step may touch (`check_budget`).
-            streamer: optional; gets the prompt now (unless `put_prompt` is False), as generate() does.
-            attention_backend: the runner's SDPA kernel choice (`ladref.kernels.sdpa_backends`).
+            options: the call's shared keywords (`ladref.options.DecodeOptions`); read here:
+                ``eos_token_id``, ``tokenizer``, ``streamer`` (gets the prompt now, unless
+                `put_prompt` is False, as generate() does) and ``attention_backend`` (the new
+                runner's kernels). The sampling keywords are the chooser's (`ladref.sampling.chooser_for`).
             runner: use this runner (a compiled decoder's static runner) instead of a new one.
             stop: an extra stopping rule for the sink (e.g. transformers' stopping criteria).
             put_prompt: send the prompt to the streamer (False: the caller already did).
             generate_loop: transformers' ``generate()`` runs the loop: no runner is made.
         """
-        start = time.perf_counter()
-        if runner is None:
-            check_model(model)
-        prompt = prompt_ids(model, input_ids)
-        check_budget(model, prompt.shape[0], max_new_tokens, extent)
-        eos = eos_ids(model, eos_token_id, tokenizer)
-        sink = TokenSink(max_new_tokens, eos, stop=stop, stream=streamer_callback(streamer))
+        start, options = time.perf_counter(), {} if options is None else options
         if runner is None and not generate_loop:
-            runner = ModelRunner(model, attention_backend, checked=True)
+            runner = ModelRunner(model, options.get("attention_backend", "auto"))
+        facts = check_model(model) if runner is None else runner.facts
+        prompt = prompt_ids(facts, input_ids)
+        check_budget(facts, prompt.shape[0], max_new_tokens, extent)
+        tokenizer, streamer = options.get("tokenizer"), options.get("streamer")
+        eos = eos_ids(model, facts.vocab_size, options.get("eos_token_id"), tokenizer)
+        sink = TokenSink(max_new_tokens, eos, stop=stop, stream=streamer_callback(streamer))
         if streamer is not None and put_prompt:
             streamer.put(prompt[None])
-        device = model_param(model).device
-        return cls(prompt, runner, DecodeStats(), sink, start, device, streamer, position_limit(model))
+        return cls(prompt, runner, DecodeStats(), sink, start, facts, tokenizer, streamer)
 
-    def finish(self, tokenizer: Tokenizer | None, method: str) -> DecodeResult:
+    def finish(self, method: str) -> DecodeResult:
         """Close the streamer, stop the clock and package the result."""
         if self.streamer is not None:
             self.streamer.end()
         sync(self.device)
         self.stats.wall_time_s = time.perf_counter() - self.start
         tokens = self.sink.tokens
-        text = tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True) if self.tokenizer is not None else None
         return DecodeResult(tokens, text, self.stats, method)

@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import Unpack
 
 from .adaptive import AdaptiveDecoder
 from .call import DecodeCall, prompt_ids
@@ -35,12 +36,13 @@ from .config import LookaheadConfig, check_int
 from .cost import CostCache
 from .greedy import run_greedy
 from .lookahead import LookaheadProposer
+from .options import CallOptions, OutputOptions, accept
 from .results import DecodeResult
 from .runner import check_model
 from .static import DEFAULT_WIDTHS, StaticRunner, check_mode, check_widths
 from .static import MODES as RUNNER_MODES
 from .step import run_drafting
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 MODES = ("auto", *RUNNER_MODES)
 
@@ -85,8 +87,7 @@ class CompiledDecoder:
         if config is not None and not isinstance(config, LookaheadConfig):
             raise TypeError(f"config must be a LookaheadConfig or None, got {type(config).__name__}")
         check_int("max_length", max_length, 2)
-        check_model(model)
-        self.mode = resolve_mode(mode, next(model.parameters()).device)
+        self.mode = resolve_mode(mode, check_model(model).device)
         self.model, self.config = model, config
         slots = 1 if config is None else config.ngram_size
         self.step_tokens = 1 if config is None else config.max_step_tokens()
@@ -101,7 +102,8 @@ class CompiledDecoder:
 
     @property
     def extent(self) -> int:
-        """Positions past the last committed token a step may touch: its width (N, if wider)."""
+        """Static-cache slots past the last committed token a step writes: its padded width (N, if
+        wider); on a static cache this, not the lookahead reach, bounds a call."""
         return self.step_tokens if self.config is None else max(self.step_tokens, self.config.ngram_size)
 
     def fits(self, prompt_tokens: int, max_new_tokens: int) -> bool:
@@ -115,14 +117,13 @@ class CompiledDecoder:
         """
         if self.capture_s is None:
             start = time.perf_counter()
-            prompt = torch.arange(4) % self.model.get_input_embeddings().num_embeddings
+            prompt = torch.arange(4) % self.runner.vocab_size
             for _ in range(3):  # compile; record the graphs; replay once
-                self._decode(prompt, 2 * (self.config.ngram_size if self.config else 2), [], None, None)
+                self._decode(prompt, 2 * (self.config.ngram_size if self.config else 2), {"eos_token_id": []})
             self.capture_s = time.perf_counter() - start
         return self.capture_s
 
-    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, *, eos_token_id: EosIds = None,
-                 tokenizer: Tokenizer | None = None, streamer: Streamer | None = None) -> DecodeResult:
+    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, **options: Unpack[OutputOptions]) -> DecodeResult:
         """Decode one prompt; output identical to `greedy_decode` (exactly in float32 / float64).
 
         The first call runs `warmup` first; its cost is in `capture_s`, not in this call's
@@ -131,23 +132,21 @@ class CompiledDecoder:
         Args:
             input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
             max_new_tokens: most tokens to generate.
-            eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-            tokenizer: optional, to decode the text.
-            streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
+            **options: ``eos_token_id``, ``tokenizer``, ``streamer`` (`ladref.options.OutputOptions`).
 
         Returns:
             `DecodeResult` with method "compiled_greedy" or "compiled_lookahead"; a lookahead
             step's ``forward_tokens_per_step`` counts its real tokens; the padded step computes
             (N-1)(W+G) (`step_tokens`).
         """
+        accept("CompiledDecoder.__call__", options, OutputOptions)
         self.warmup()
-        return self._decode(input_ids, max_new_tokens, eos_token_id, tokenizer, streamer)
+        return self._decode(input_ids, max_new_tokens, options)
 
     @torch.inference_mode()
-    def _decode(self, input_ids, max_new_tokens, eos_token_id, tokenizer, streamer) -> DecodeResult:
+    def _decode(self, input_ids: TokenIds, max_new_tokens: int, options: OutputOptions) -> DecodeResult:
         extent = self.extent
-        call = DecodeCall.begin(self.model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer,
-                                runner=self.runner)
+        call = DecodeCall.begin(self.model, input_ids, max_new_tokens, extent, options, self.runner)
         if not self.fits(call.prompt.shape[0], max_new_tokens):
             raise ValueError(f"prompt ({call.prompt.shape[0]}) + max_new_tokens ({max_new_tokens}) + step width ({extent}) = "
                              f"{call.prompt.shape[0] + max_new_tokens + extent} exceeds this decoder's max_length "
@@ -156,7 +155,7 @@ class CompiledDecoder:
             run_greedy(self.runner, call.prompt, call.sink, call.stats)
         else:
             run_drafting(self.runner, call.prompt, [LookaheadProposer(self.config)], call.sink, call.stats)
-        return call.finish(tokenizer, self.method)
+        return call.finish(self.method)
 
 
 def check_max_lengths(max_lengths: object) -> tuple[int, ...]:
@@ -204,10 +203,10 @@ class CompiledAdaptiveDecoder:
     def __init__(self, model: torch.nn.Module, *, max_lengths: int | Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
                  mode: str | None = "auto", cache: CostCache | None = None, attention_backend: str = "auto",
                  compile_dir: str | os.PathLike | None = None) -> None:
-        check_model(model)
+        self.facts = check_model(model)
         lengths = check_max_lengths(max_lengths)
         self.widths = check_widths(widths, lengths[0])
-        self.mode = resolve_mode(mode, next(model.parameters()).device)
+        self.mode = resolve_mode(mode, self.facts.device)
         self.model, self.attention_backend, self.cost_cache = model, attention_backend, CostCache.given(cache)
         self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=compile_dir)
                         for m in lengths]
@@ -235,11 +234,11 @@ class CompiledAdaptiveDecoder:
         raise ValueError(f"prompt ({prompt_tokens}) + max_new_tokens ({max_new_tokens}) + widest step ({self.widths[-1]}) = "
                          f"{need} exceeds the longest static cache, max_lengths {[r.max_length for r in self.runners]}")
 
-    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, **kwargs) -> DecodeResult:
-        """Decode one prompt over the shortest cache that fits (keyword arguments as `ladref.adaptive_decode`'s).
+    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, **options: Unpack[CallOptions]) -> DecodeResult:
+        """Decode one prompt over the shortest cache that fits (`ladref.options.CallOptions`: as an `AdaptiveDecoder` call).
 
         The first call runs `warmup` first; its cost is in `capture_s`, not in ``stats.wall_time_s``.
         Returns a `DecodeResult` with method "adaptive"; greedy output identical to `greedy_decode`.
         """
-        prompt = prompt_ids(self.model, input_ids)  # checked here: its length picks the cache
-        return self.decoder_for(prompt.shape[0], max_new_tokens)(prompt, max_new_tokens, **kwargs)
+        prompt = prompt_ids(self.facts, input_ids)  # checked here: its length picks the cache
+        return self.decoder_for(prompt.shape[0], max_new_tokens)(prompt, max_new_tokens, **options)

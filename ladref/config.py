@@ -55,6 +55,11 @@ class LookaheadConfig:
         return (self.ngram_size - 1) * (self.window_size + self.max_candidates)
 
     def step_extent(self) -> int:
-        """Positions past the last committed token a step may touch, W + N (a bound: the window's
-        last cell sits W + N - 3 past the current token, the deepest draft N - 1)."""
-        return self.window_size + self.ngram_size
+        """Positions past the last committed token a step may touch (`window_reach`)."""
+        return window_reach(self.window_size, self.ngram_size)
+
+
+def window_reach(window_size: int, ngram_size: int) -> int:
+    """Positions past the last committed token a lookahead step may touch, W + N: a bound (the
+    window's last cell sits W + N - 3 past the current token, the deepest draft N - 1)."""
+    return window_size + ngram_size

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from .config import check_int
-from .runner import ModelRunner
+from .runner import ModelRunner, Runner
 from .timing import Progress, describe, measure_steps, processor
 
 CPU_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -168,7 +168,7 @@ class CostModel:
 
     @classmethod
     def measure(cls, model: torch.nn.Module, widths: Sequence[int] | None = None,
-                kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 5, runner=None,
+                kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 5, runner: Runner | None = None,
                 attention_backend: str = "auto", progress: Progress | None = None) -> CostModel:
         """Time real decoding steps through a runner (see `measure_steps`).
 
@@ -177,16 +177,15 @@ class CostModel:
             widths: q values to time, from 1; default `default_widths` of the model's device.
             kv_lengths: KV lengths to time at, each >= 1.
             repeats: timed passes per (q, kv); the median is kept.
-            runner: a runner with an empty cache (``ModelRunner``, ``StaticRunner``, anything with
-                ``prefill`` / ``forward`` / ``commit`` / ``past_len``); default a new ``ModelRunner``.
+            runner: a `ladref.runner.Runner` with an empty cache (``ModelRunner``, ``StaticRunner``);
+                default a new ``ModelRunner``.
             attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).
             progress: called after every pass with (passes done, passes in all).
         """
-        device = next(model.parameters()).device
-        widths = _check_axis("widths", default_widths(device) if widths is None else widths, 1)
+        runner = ModelRunner(model, attention_backend) if runner is None else runner
+        widths = _check_axis("widths", default_widths(runner.device) if widths is None else widths, 1)
         kv_lengths = _check_axis("kv_lengths", kv_lengths, 1)
         check_int("repeats", repeats, 1)
-        runner = ModelRunner(model, attention_backend) if runner is None else runner
         seconds = measure_steps(model, runner, widths, kv_lengths, repeats, progress)
         return cls(widths, kv_lengths, seconds, describe(model, runner))
 
@@ -296,12 +295,11 @@ class CostCache:
     def __repr__(self) -> str:
         return f"CostCache({str(self.path)!r}, {len(self)} curves)" if self.path else f"CostCache({len(self)} curves, in memory)"
 
-    def key(self, model: torch.nn.Module, runner, widths: Sequence[int], kv_lengths: Sequence[int]) -> str:
+    def key(self, model: torch.nn.Module, runner: Runner, widths: Sequence[int], kv_lengths: Sequence[int]) -> str:
         """What a measurement depends on, as the cache's key."""
-        device = next(model.parameters()).device
-        return f"{describe(model, runner)} | {processor(device)} | widths {list(widths)} | kv {list(kv_lengths)}"
+        return f"{describe(model, runner)} | {processor(runner.device)} | widths {list(widths)} | kv {list(kv_lengths)}"
 
-    def get(self, model: torch.nn.Module, runner=None, *, widths: Sequence[int] | None = None,
+    def get(self, model: torch.nn.Module, runner: Runner | None = None, *, widths: Sequence[int] | None = None,
             kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 5, attention_backend: str = "auto",
             progress: Progress | None = None) -> CostModel:
         """The cached model for this (model, device, dtype, threads, runner, processor, widths, KV lengths), measured if new.
@@ -309,7 +307,7 @@ class CostCache:
         Arguments as `CostModel.measure`.
         """
         runner = ModelRunner(model, attention_backend) if runner is None else runner
-        widths = default_widths(next(model.parameters()).device) if widths is None else tuple(widths)
+        widths = default_widths(runner.device) if widths is None else tuple(widths)
         key = self.key(model, runner, widths, kv_lengths)
         if key not in self.models and self.path is not None:  # another process may have measured it meanwhile
             self.models.update(self._on_disk())

@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import Unpack
 
 from .call import DecodeCall
 from .config import check_int
-from .proposer import Proposer, check_proposers, step_needs
+from .options import DecodeOptions, accept
+from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from .results import DecodeResult
-from .sampling import make_chooser
+from .sampling import chooser_for
 from .step import DraftBudget, run_drafting
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 
 @torch.inference_mode()
@@ -27,16 +29,7 @@ def decode_with_proposers(
     proposers: Proposer | Sequence[Proposer],
     method: str,
     extent: int,
-    *,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    options: DecodeOptions,
     draft_budget: int | None = None,
 ) -> DecodeResult:
     """Check the arguments, then run `ladref.step.run_drafting` in one `DecodeCall`.
@@ -44,8 +37,9 @@ def decode_with_proposers(
     Args:
         proposers: the draft sources.
         method: the result's `DecodeResult.method`.
-        extent: positions past the current token a step may touch, checked against the model's
-            context before any work (deeper drafts are also dropped step by step).
+        extent: the deepest draft, checked with the window's reach against the model's context
+            before any work (`ladref.proposer.step_needs`; deeper drafts are also dropped step by step).
+        options: the shared keywords (`ladref.options.DecodeOptions`), checked by the caller.
         draft_budget: most draft tokens fed per step; None: all.
 
     The other arguments are those of `draft_decode`.
@@ -53,11 +47,10 @@ def decode_with_proposers(
     proposers = check_proposers(proposers)
     if draft_budget is not None:
         check_int("draft_budget", draft_budget, 1)
-    chooser = make_chooser(do_sample, temperature, top_k, top_p, generator)
-    extent = max(extent, step_needs(proposers).reach)  # the deepest draft, or the window's reach
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, streamer, attention_backend)
+    chooser = chooser_for(options)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, step_needs(proposers, extent).reach, options)
     run_drafting(call.runner, call.prompt, proposers, call.sink, call.stats, chooser, call.position_limit, DraftBudget(draft_budget))
-    return call.finish(tokenizer, method)
+    return call.finish(method)
 
 
 def draft_decode(
@@ -66,17 +59,9 @@ def draft_decode(
     max_new_tokens: int = 64,
     *,
     proposers: Proposer | Sequence[Proposer],
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
     draft_budget: int | None = None,
-    max_depth: int = 16,
+    max_depth: int = MAX_DRAFT_DEPTH,
+    **options: Unpack[DecodeOptions],
 ) -> DecodeResult:
     """Speculative decoding with your own draft sources; greedy output identical to `greedy_decode`.
 
@@ -89,24 +74,14 @@ def draft_decode(
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
         max_new_tokens: most tokens to generate.
         proposers: a `ladref.Proposer` or a sequence of them.
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        do_sample: sample instead of taking the argmax; the output is distributed exactly as
-            ordinary sampling (`ladref.sampling`).
-        temperature: sampling temperature (> 0; default 1).
-        top_k: keep the k most likely tokens when sampling (None: all).
-        top_p: nucleus sampling threshold in (0, 1] (None: off).
-        generator: CPU `torch.Generator` making the draws reproducible.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
         draft_budget: most draft tokens fed per step (the merged tree's first nodes); None: all.
         max_depth: the deepest draft the proposers make, checked against the model's context.
+        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "draft"; ``stats.accepted_by_source`` tells whose drafts got accepted.
     """
+    accept("draft_decode", options, DecodeOptions)
     check_int("max_depth", max_depth, 0)
-    return decode_with_proposers(model, input_ids, max_new_tokens, proposers, "draft", max_depth, eos_token_id=eos_token_id,
-                                 tokenizer=tokenizer, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                                 generator=generator, streamer=streamer, attention_backend=attention_backend,
-                                 draft_budget=draft_budget)
+    return decode_with_proposers(model, input_ids, max_new_tokens, proposers, "draft", max_depth, options, draft_budget)

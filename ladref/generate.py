@@ -140,8 +140,9 @@ def lookahead_in_generate(
     def stop(tokens: list[int]) -> bool:
         return bool(stopping_criteria(torch.tensor([head + tokens], device=device), None).all())
 
-    call = DecodeCall.begin(model, input_ids, generation_config.max_length - len(head), config.step_extent(), [], None,
-                            streamer, attention_backend, stop=stop, put_prompt=put_prompt)
+    options = {"eos_token_id": [], "streamer": streamer, "attention_backend": attention_backend}  # EOS: a stopping criterion
+    call = DecodeCall.begin(model, input_ids, generation_config.max_length - len(head), config.step_extent(), options,
+                            stop=stop, put_prompt=put_prompt)
     # 3. The chooser: generate's processors, sampled or argmaxed (None: plain greedy verification).
     processor = logits_processor if logits_processor is not None and len(logits_processor) else None
     if generation_config.do_sample:
@@ -150,7 +151,7 @@ def lookahead_in_generate(
         chooser = GreedyChooser(processor) if processor is not None else None
     # 4. Decode, then assemble what generate returns.
     run_drafting(call.runner, call.prompt, [LookaheadProposer(config)], call.sink, call.stats, chooser, call.position_limit)
-    result = call.finish(None, "lookahead")
+    result = call.finish("lookahead")
     sequences = torch.tensor([head + result.token_ids], dtype=torch.long, device=device)
     if generation_config.return_dict_in_generate:
         from transformers.generation import GenerateDecoderOnlyOutput

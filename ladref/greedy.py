@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import torch
+from typing_extensions import Unpack
 
 from .call import DecodeCall, TokenSink
+from .options import GreedyOptions, accept
 from .results import DecodeResult, DecodeStats
 from .runner import Runner
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 
 def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: DecodeStats) -> None:
@@ -38,11 +40,7 @@ def greedy_decode(
     model: torch.nn.Module,
     input_ids: TokenIds,
     max_new_tokens: int = 64,
-    *,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    **options: Unpack[GreedyOptions],
 ) -> DecodeResult:
     """Decode one token per forward pass, always taking the argmax.
 
@@ -50,14 +48,12 @@ def greedy_decode(
         model: a transformers decoder-only model (eager or SDPA attention).
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
         max_new_tokens: most tokens to generate.
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+        **options: the shared keywords but sampling (`ladref.options.GreedyOptions`): ``eos_token_id``,
+            ``tokenizer``, ``streamer``, ``attention_backend``.
 
     Returns:
         `DecodeResult` with one step per generated token (S = 1).
     """
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer, streamer, attention_backend)
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, accept("greedy_decode", options, GreedyOptions))
     run_greedy(call.runner, call.prompt, call.sink, call.stats)
-    return call.finish(tokenizer, "greedy")
+    return call.finish("greedy")

@@ -13,14 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import Unpack
 
 from .config import check_int
 from .decode import decode_with_proposers
+from .options import DecodeOptions, accept
 from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
 from .runner import Runner
 from .tree import DraftTree
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 
 def jacobi_iteration(runner: Runner, current: int, guess: torch.Tensor) -> torch.Tensor:
@@ -86,15 +88,7 @@ def jacobi_decode(
     max_new_tokens: int = 64,
     *,
     block_size: int = 8,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    **options: Unpack[DecodeOptions],
 ) -> DecodeResult:
     """Jacobi decoding with a KV cache; output identical to `greedy_decode`.
 
@@ -107,21 +101,11 @@ def jacobi_decode(
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
         max_new_tokens: most tokens to generate.
         block_size: m, guessed tokens per iteration (each pass feeds m + 1 tokens).
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        do_sample: sample instead of taking the argmax; the output is distributed exactly as
-            ordinary sampling (`ladref.sampling`).
-        temperature: sampling temperature (> 0; default 1).
-        top_k: keep the k most likely tokens when sampling (None: all).
-        top_p: nucleus sampling threshold in (0, 1] (None: off).
-        generator: CPU `torch.Generator` making the draws reproducible.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
         `DecodeResult`; `stats.steps` is the number of Jacobi iterations.
     """
-    proposer = JacobiProposer(block_size)
-    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "jacobi", block_size, eos_token_id=eos_token_id,
-                                 tokenizer=tokenizer, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                                 generator=generator, streamer=streamer, attention_backend=attention_backend)
+    accept("jacobi_decode", options, DecodeOptions)
+    return decode_with_proposers(model, input_ids, max_new_tokens, [JacobiProposer(block_size)], "jacobi", block_size, options)

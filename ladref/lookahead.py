@@ -20,15 +20,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import Unpack
 
 from .compat import reject_old_call_shape
 from .config import LookaheadConfig, check_int
 from .decode import decode_with_proposers
+from .options import DecodeOptions, accept
 from .ngram_pool import NGramPool
 from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
 from .tree import DraftTree
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 
 class LookaheadWindow:
@@ -120,15 +122,7 @@ def lookahead_decode(
     max_new_tokens: int = 64,
     *,
     config: LookaheadConfig | None = None,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    **options: Unpack[DecodeOptions],
 ) -> DecodeResult:
     """Lookahead decoding; greedy output identical to `greedy_decode`, in fewer steps.
 
@@ -137,24 +131,13 @@ def lookahead_decode(
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
         max_new_tokens: most tokens to generate.
         config: W, N, G and pool options; default `LookaheadConfig()`.
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        do_sample: sample instead of taking the argmax; the output is then distributed exactly as
-            `ladref.sampling.sample_decode` (ordinary sampling with the same warp).
-        temperature: sampling temperature (> 0; default 1).
-        top_k: keep the k most likely tokens when sampling (None: all).
-        top_p: nucleus sampling threshold in (0, 1] (None: off).
-        generator: CPU `torch.Generator` making the draws reproducible.
-        streamer: optional transformers streamer; gets the prompt, each accepted token in order,
-            then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
         `DecodeResult`; `stats.compression` is the paper's S (tokens per step).
     """
+    accept("lookahead_decode", options, DecodeOptions)
     config = LookaheadConfig() if config is None else config
-    proposer = LookaheadProposer(config)
-    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "lookahead", config.step_extent(),
-                                 eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample, temperature=temperature,
-                                 top_k=top_k, top_p=top_p, generator=generator, streamer=streamer,
-                                 attention_backend=attention_backend)
+    return decode_with_proposers(model, input_ids, max_new_tokens, [LookaheadProposer(config)], "lookahead",
+                                 config.step_extent(), options)

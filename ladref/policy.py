@@ -1,29 +1,28 @@
 """What a step should feed: expected accepted tokens against the measured cost of the step.
 
-A draft pays only if what it adds to the expected tokens of a step beats what it adds to the
-step's time. `DraftPolicy` keeps both sides:
+A draft pays only if what it adds to a step's expected tokens beats what it adds to its time.
+`DraftPolicy` keeps both sides:
 
-* acceptance: for every draft source, grade of evidence (prompt lookup: the length of the
-  suffix it matched), depth and sibling rank, how often a draft node whose parent was right
-  turned out right too. It learns this from EVERY step, fed or not: greedy output is fixed, so
-  once the next tokens are known, any proposed tree can be checked against them (a
-  counterfactual verification that costs no forward pass). A node's value is the product of
-  those rates along its path: the probability that it will be accepted (siblings from different
-  sources scaled to add up to at most their parent's: only one can be right);
-* cost: t(q) at the current KV length, from a `ladref.cost.CostModel` measured on this machine,
-  optionally corrected as decoding goes by the time each step actually took (`timed`): a
-  curve measured with bare forward passes at a few KV lengths is a prior, what the steps of
-  this call cost (their host work included, at this prompt's length) is the evidence.
+* acceptance: per draft source, grade of evidence (prompt lookup: the length of the suffix it
+  matched), depth and sibling rank, how often a draft node whose parent was right turned out
+  right too. It learns this from EVERY step, fed or not: greedy output is fixed, so once the
+  next tokens are known any proposed tree can be checked against them (a counterfactual
+  verification that costs no forward pass). A node's value, the probability that it will be
+  accepted, is the product of those rates along its path (siblings from different sources
+  scaled to add up to at most their parent's: only one can be right);
+* cost: t(q) at the current KV length, from a `ladref.cost.CostModel` measured on this machine
+  with bare forward passes (a prior), optionally corrected by the time each step of this call
+  actually took, its host work included (`timed`: the evidence).
 
 Each step it feeds the b most valuable nodes (a tree: a child is never worth more than its
 parent) and, optionally, the lookahead window, choosing b and the window to maximise
 
     (1 + trust x sum of the fed nodes' values + window value) / t(q),    q = 1 + window cells + b,
 
-expected tokens per second, `trust` being what each step's probe (the draft it would feed,
-fed or not) delivered against what it expected. On a flat (launch-bound GPU) curve every node
-adds value at no cost, so it feeds everything; on a CPU curve whose step cost doubles from
-q = 1 to q = 2 it drafts only when about one more token is expected.
+expected tokens per second, `trust` being what the probes (each step's best draft-only choice,
+watched fed or not) delivered against what they expected. On a flat (launch-bound GPU) curve
+every node adds value at no cost, so it feeds everything; on a CPU curve whose step cost
+doubles from q = 1 to q = 2 it drafts only when about one more token is expected.
 """
 
 from __future__ import annotations
@@ -82,10 +81,69 @@ class Pending:
     """A proposed tree still being checked against the tokens that follow its position."""
 
     tree: DraftTree
-    keys: list[Key] | None  # None: a probe, counted in `judged` instead of the rates
+    keys: list[Key] | None  # None: a probe, counted in `DraftPolicy.probes` instead of the rates
     node: int = -1  # the deepest node matched so far (-1: the root)
     expected: float = 0.0  # a probe's expected accepted draft tokens
     matched: int = 0  # draft tokens matched so far
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """How a `DraftPolicy` weighs its evidence (the machine's facts are the policy's own fields).
+
+    Args:
+        prior: (accepted, reached) pseudo-counts of every rate before any evidence (mean a/b).
+        window_bonus: the floor of the window's value in tokens per step (> 0: fed when free).
+        window_source: the source whose drafts the window keeps fresh (the lookahead pool); the
+            window's value is the tokens per step that source's drafts would recently have won.
+        calibrate: correct the cost model by the measured time of every step (`DraftPolicy.timed`);
+            off for a synthetic curve that must be taken as it is.
+        smoothing: the weight of each new timing in the running corrections (0 < smoothing <= 1).
+
+    Raises:
+        ValueError: a prior not 0 < accepted < reached, or smoothing outside (0, 1].
+    """
+
+    prior: tuple[float, float] = (1.0, 3.0)
+    window_bonus: float = 0.05
+    window_source: str = "lookahead"
+    calibrate: bool = False
+    smoothing: float = 0.2
+
+    def __post_init__(self) -> None:
+        a, b = self.prior
+        if not 0 < a < b:
+            raise ValueError(f"prior must be (accepted, reached) with 0 < accepted < reached, got {self.prior}")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
+
+
+@dataclass
+class ProbeTally:
+    """Draft tokens the judged probes expected and matched, each count starting from a prior of 2."""
+
+    expected: float = 2.0
+    matched: float = 2.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `DraftPolicy.choose` found worth feeding this step.
+
+    Attributes:
+        tree: the draft nodes to feed.
+        window: whether to feed the lookahead window.
+        rate: the step's expected tokens per second.
+        probe: the best draft-only step's nodes (no window, at least one node), to be checked
+            against the coming tokens whether fed or not (`DraftPolicy.watch`); None: no node fits.
+        probe_expected: the draft tokens the probe is expected to get accepted (before trust).
+    """
+
+    tree: DraftTree
+    window: bool
+    rate: float
+    probe: DraftTree | None
+    probe_expected: float
 
 
 @dataclass
@@ -96,34 +154,26 @@ class DraftPolicy:
         cost: t(q, kv) of this machine (`ladref.cost.CostModel`).
         widths: the step widths a compiled runner can take without recompiling (a step is padded
             to the next one); None: any width up to the cost model's largest.
-        prior: (accepted, reached) pseudo-counts of every rate before any evidence (mean a/b).
-        window_bonus: the floor of the window's value in tokens per step (> 0: fed when free).
-        window_source: the source whose drafts the window keeps fresh (the lookahead pool); the
-            window's value is the tokens per step that source's drafts would recently have won.
-        calibrate: correct the cost model by the measured time of every step (`timed`); off for a
-            synthetic curve that must be taken as it is.
-        smoothing: the weight of each new timing in the running corrections (0 < smoothing <= 1).
+        settings: its priors and running averages (`PolicySettings`).
+
+    Attributes:
+        rates: the learned acceptance rate of every (source, evidence, depth, sibling rank).
+        pending: the proposed trees and probes still being checked against the coming tokens.
+        window_value: the tokens per step the window's source would recently have won.
+        corrections: log(measured / modelled) step time per width bucket (0: any bucket).
+        probes: what the probes expected and matched (`trust`).
     """
 
     cost: CostModel
     widths: Sequence[int] | None = None
-    prior: tuple[float, float] = (1.0, 3.0)
-    window_bonus: float = 0.05
-    window_source: str = "lookahead"
+    settings: PolicySettings = PolicySettings()
     rates: dict[Key, Rate] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     window_value: float = 0.0
-    calibrate: bool = False
-    smoothing: float = 0.2
-    corrections: dict[int, float] = field(default_factory=dict)  # log(measured / modelled) per width bucket; 0: any
-    judged: list[float] = field(default_factory=lambda: [2.0, 2.0])  # probes: draft tokens expected, matched (+ prior)
+    corrections: dict[int, float] = field(default_factory=dict)
+    probes: ProbeTally = field(default_factory=ProbeTally)
 
     def __post_init__(self) -> None:
-        a, b = self.prior
-        if not 0 < a < b:
-            raise ValueError(f"prior must be (accepted, reached) with 0 < accepted < reached, got {self.prior}")
-        if not 0 < self.smoothing <= 1:
-            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
         if self.widths is not None:
             self.widths = tuple(sorted(int(w) for w in self.widths))
             if not self.widths or self.widths[0] < 1:
@@ -132,8 +182,8 @@ class DraftPolicy:
     # --- acceptance ---------------------------------------------------------------------------
 
     def rate(self, key: Key) -> float:
-        found = self.rates.get(key)
-        return found.mean if found is not None else self.prior[0] / self.prior[1]
+        found, (a, b) = self.rates.get(key), self.settings.prior
+        return found.mean if found is not None else a / b
 
     def keys(self, tree: DraftTree, evidence: int = 0) -> list[Key]:
         """Each node's rate key (`tree` is one source's tree: ranks are among its own siblings)."""
@@ -157,42 +207,55 @@ class DraftPolicy:
             if len(tree):
                 self.pending.append(Pending(tree, self.keys(tree, seen)))
 
+    def watch(self, probe: DraftTree | None, expected: float) -> None:
+        """Check a probe, `Choice.probe`, against the coming tokens like a proposed tree, fed or
+        not: what it matches against the `expected` draft tokens moves `trust` (None: nothing)."""
+        if probe is not None:
+            self.pending.append(Pending(probe, None, expected=expected))
+
     def observe(self, tokens: Sequence[int]) -> None:
         """The next tokens of the text are known: every pending tree learns how far it was right."""
         still, won = [], 0
         for item in self.pending:
-            alive = True
-            for token in tokens:
-                children = item.tree.children.get(item.node, [])
-                for child in children if item.keys is not None else ():  # every child was reached; one was right
-                    right = int(item.tree.tokens[child]) == int(token)
-                    self._count(item.keys[child], right)
-                    won += right and item.keys[child][0] == self.window_source
-                item.node = next((c for c in children if int(item.tree.tokens[c]) == int(token)), None)
-                item.matched += item.node is not None
-                if item.node is None or not item.tree.children.get(item.node):
-                    alive = False
-                    break
+            alive, item_won = self._follow(item, tokens)
+            won += item_won
             if alive:
                 still.append(item)
             elif item.keys is None:
-                self.judged[0] += item.expected
-                self.judged[1] += item.matched
+                self.probes.expected += item.expected
+                self.probes.matched += item.matched
         self.pending = still
         self.window_value = 0.9 * self.window_value + 0.1 * won
 
+    def _follow(self, item: Pending, tokens: Sequence[int]) -> tuple[bool, int]:
+        """Walk `item` down `tokens`, counting every reached node's rate (a probe's: none).
+
+        Returns:
+            (whether it can still match the tokens after these, the window source's nodes right).
+        """
+        won = 0
+        for token in tokens:
+            children = item.tree.children.get(item.node, [])
+            for child in children if item.keys is not None else ():  # every child was reached; one was right
+                right = int(item.tree.tokens[child]) == int(token)
+                self._count(item.keys[child], right)
+                won += right and item.keys[child][0] == self.settings.window_source
+            item.node = next((c for c in children if int(item.tree.tokens[c]) == int(token)), None)
+            item.matched += item.node is not None
+            if item.node is None or not item.tree.children.get(item.node):
+                return False, won
+        return True, won
+
     @property
     def trust(self) -> float:
-        """Draft tokens matched per draft token expected, over every step's probe (0.2..1.5).
+        """Draft tokens matched per draft token expected, over every watched probe (0.2..1.5).
 
-        Each step the draft it would feed (its best draft-only choice) is kept as a probe, fed or
-        not, and checked against the coming tokens like any proposed tree. Rates averaged over
-        contexts, and nodes chosen because their estimates are high, overrate what is chosen;
-        the choice's expected value is scaled by what the probes found."""
-        return min(1.5, max(0.2, self.judged[1] / self.judged[0]))
+        Rates averaged over contexts, and nodes chosen because their estimates are high, overrate
+        what is chosen; the choice's expected value is scaled by what the probes found."""
+        return min(1.5, max(0.2, self.probes.matched / self.probes.expected))
 
     def _count(self, key: Key, accepted: bool) -> None:
-        rate = self.rates.setdefault(key, Rate(*self.prior))
+        rate = self.rates.setdefault(key, Rate(*self.settings.prior))
         rate.accepted += float(accepted)
         rate.reached += 1.0
 
@@ -213,31 +276,53 @@ class DraftPolicy:
     def timed(self, q: int, kv: int, seconds: float) -> None:
         """A step of q tokens over kv cached ones took `seconds`, all of it (proposing, choosing,
         the forward pass, verifying): move the corrections of its bucket and of all toward it."""
-        if not self.calibrate or not seconds > 0:
+        if not self.settings.calibrate or not seconds > 0:
             return
         bucket = self.bucket(q)
         modelled = self.cost.time(bucket if self.widths is not None else q, kv)
         error = max(-1.0, min(1.0, math.log(seconds / modelled)))  # one odd step moves little
         for key in (bucket, 0):
             old = self.corrections.get(key)
-            self.corrections[key] = error if old is None else old + self.smoothing * (error - old)
+            self.corrections[key] = error if old is None else old + self.settings.smoothing * (error - old)
 
     def max_width(self) -> int:
         return self.widths[-1] if self.widths is not None else self.cost.max_width
 
     def choose(self, trees: Sequence[DraftTree], kv: int, window_cells: int | None = None,
-               evidence: Sequence[int] | None = None) -> tuple[DraftTree, bool, float]:
-        """The drafts and window worth feeding this step.
+               evidence: Sequence[int] | None = None) -> Choice:
+        """The drafts and window worth feeding this step, and its probe (to `watch`: not watched here).
 
         Args:
             trees: each source's proposed tree (merged here; a node both propose takes the higher value).
             kv: the KV length the step attends to.
             window_cells: the lookahead window's tokens besides the current one, or None (no window).
             evidence: per tree, as in `propose`.
-
-        Returns:
-            (the nodes to feed, feed the window?, expected tokens per second).
         """
+        tree, value = self._merged(trees, evidence)
+        order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
+        expected = [0.0] + value[order].cumsum(0).tolist()
+        (rate, b, window), probe = self._search(expected, kv, window_cells)
+        return Choice(tree.select(order[:b]), window, rate, tree.select(order[:probe]) if probe else None,
+                      expected[probe] if probe else 0.0)
+
+    def _search(self, expected: list[float], kv: int, window_cells: int | None) -> tuple[tuple[float, int, bool], int]:
+        """The best (rate, b, window) over every b and window, and the b of the best draft-only step
+        (no window, b >= 1; 0: none), `expected[b]` being the b most valuable nodes' summed value."""
+        gain = [self.trust * e for e in expected]
+        best, probe = (-1.0, 0, False), (-1.0, 0)
+        for window in ([False, True] if window_cells is not None else [False]):
+            base = 1 + (window_cells if window else 0)
+            bonus = max(self.window_value, self.settings.window_bonus) if window else 0.0
+            for b in range(0, min(len(expected) - 1, self.max_width() - base) + 1):
+                rate = (1.0 + gain[b] + bonus) / self.step_time(base + b, kv)
+                if rate >= best[0]:  # ties go to the wider step: more evidence for the same time
+                    best = (rate, b, window)
+                if not window and b and rate > probe[0]:
+                    probe = (rate, b)
+        return best, probe[1]
+
+    def _merged(self, trees: Sequence[DraftTree], evidence: Sequence[int] | None) -> tuple[DraftTree, torch.Tensor]:
+        """The sources' trees merged, each node valued as its most hopeful source values it (`exclusive`)."""
         tree, value = DraftTree.empty(), torch.zeros(0, dtype=torch.float64)
         for own, seen in zip(trees, [0] * len(trees) if evidence is None else evidence):
             tree = tree.merge(own) if len(tree) else own
@@ -245,21 +330,4 @@ class DraftPolicy:
             for node, v in enumerate(self.values(own, seen).tolist()):
                 at = tree.find_path(own.path_tokens(node))[-1]
                 value[at] = max(float(value[at]), v)
-        value = exclusive(tree, value)
-        order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
-        expected = [0.0] + value[order].cumsum(0).tolist()
-        gain = [self.trust * e for e in expected]
-        best, probe = (-1.0, 0, False), (-1.0, 0)  # probe: the best draft-only step (no window, b >= 1)
-        for window in ([False, True] if window_cells is not None else [False]):
-            base = 1 + (window_cells if window else 0)
-            bonus = max(self.window_value, self.window_bonus) if window else 0.0
-            for b in range(0, min(len(tree), self.max_width() - base) + 1):
-                rate = (1.0 + gain[b] + bonus) / self.step_time(base + b, kv)
-                if rate >= best[0]:  # ties go to the wider step: more evidence for the same time
-                    best = (rate, b, window)
-                if not window and b and rate > probe[0]:
-                    probe = (rate, b)
-        rate, b, window = best
-        if probe[1]:  # what drafting alone would feed: checked against the coming tokens, fed or not
-            self.pending.append(Pending(tree.select(order[: probe[1]]), None, expected=expected[probe[1]]))
-        return tree.select(order[:b]), window, rate
+        return tree, exclusive(tree, value)

@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import Unpack
 
 from .config import check_int
 from .decode import decode_with_proposers
+from .options import DecodeOptions, accept
 from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
 from .tree import DraftTree
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 
 class PromptLookupProposer(DraftSource):
@@ -85,15 +87,7 @@ def prompt_lookup_decode(
     max_ngram: int = 3,
     min_ngram: int = 1,
     max_matches: int = 1,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    **options: Unpack[DecodeOptions],
 ) -> DecodeResult:
     """Prompt lookup decoding (native); greedy output identical to `greedy_decode`.
 
@@ -105,22 +99,12 @@ def prompt_lookup_decode(
         max_ngram: longest suffix of the text looked up.
         min_ngram: shortest suffix looked up.
         max_matches: most matches whose continuations are drafted (a tree when > 1).
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        do_sample: sample instead of taking the argmax; the output is distributed exactly as
-            ordinary sampling (`ladref.sampling`).
-        temperature: sampling temperature (> 0; default 1).
-        top_k: keep the k most likely tokens when sampling (None: all).
-        top_p: nucleus sampling threshold in (0, 1] (None: off).
-        generator: CPU `torch.Generator` making the draws reproducible.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "prompt_lookup".
     """
     proposer = PromptLookupProposer(draft_len, max_ngram, min_ngram, max_matches)
-    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "prompt_lookup", draft_len,
-                                 eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample, temperature=temperature,
-                                 top_k=top_k, top_p=top_p, generator=generator, streamer=streamer,
-                                 attention_backend=attention_backend)
+    accept("prompt_lookup_decode", options, DecodeOptions)
+    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "prompt_lookup", draft_len, options)

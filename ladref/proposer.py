@@ -29,10 +29,12 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from .config import window_reach
 from .tree import DraftTree
 
 REQUIRED = ("name", "begin", "propose", "learn")
 OPTIONS = ("window", "topk", "evidence")
+MAX_DRAFT_DEPTH = 16  # the deepest draft checked against the context before a call, when a decoder takes any proposers
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,8 @@ class StepNeeds:
     Attributes:
         window: the one lookahead window to feed, or None.
         topk: the largest top-k asked for (0: none).
-        reach: positions past the current token the window may touch, W + N (0 without one);
-            its last cell sits W + N - 3 past the current token.
+        reach: positions past the current token a step may touch: the deepest draft, or the
+            window's reach W + N (`ladref.config.window_reach`), whichever is further.
     """
 
     window: Window | None
@@ -135,10 +137,10 @@ class StepNeeds:
     reach: int
 
 
-def step_needs(proposers: Sequence[Proposer]) -> StepNeeds:
-    """The `StepNeeds` of checked proposers (`check_proposers`)."""
+def step_needs(proposers: Sequence[Proposer], max_depth: int = 0) -> StepNeeds:
+    """The `StepNeeds` of checked proposers (`check_proposers`) whose drafts are at most `max_depth` deep."""
     window = next((p.window for p in proposers if p.window is not None), None)
-    reach = 0 if window is None else window.grid.shape[0] + window.grid.shape[1] + 1  # (N-1) + W + 1
+    reach = max_depth if window is None else max(max_depth, window_reach(window.grid.shape[1], window.grid.shape[0] + 1))
     return StepNeeds(window, max(p.topk for p in proposers), reach)
 
 

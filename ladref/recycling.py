@@ -18,14 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from typing_extensions import Unpack
 
-from .call import vocab_size
 from .config import check_int
 from .decode import decode_with_proposers
+from .options import DecodeOptions, accept
 from .proposer import DraftSource, StepOutcome
 from .results import DecodeResult
+from .runner import ModelFacts
 from .tree import DraftTree
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ class RecyclingProposer(DraftSource):
     @classmethod
     def for_model(cls, model: torch.nn.Module, **options) -> "RecyclingProposer":
         """A proposer sized for `model`'s vocabulary (keep it and pass ``warm=True`` for warm starts)."""
-        return cls(vocab_size(model), **options)
+        return cls(ModelFacts.of(model).vocab_size, **options)
 
     def begin(self, prompt: Sequence[int]) -> None:
         if not self.warm:
@@ -167,15 +169,7 @@ def recycling_decode(
     template: TreeTemplate | None = None,
     topk: int | None = None,
     proposer: RecyclingProposer | None = None,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    **options: Unpack[DecodeOptions],
 ) -> DecodeResult:
     """Token Recycling; greedy output identical to `greedy_decode`.
 
@@ -187,28 +181,18 @@ def recycling_decode(
         topk: k, successors kept per token (default: the template's width); ignored with `proposer`.
         proposer: a `RecyclingProposer` to use (and, with ``warm=True``, to keep learning across
             calls); default: a fresh one, cold, for this call.
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        do_sample: sample instead of taking the argmax; the output is distributed exactly as
-            ordinary sampling (`ladref.sampling`).
-        temperature: sampling temperature (> 0; default 1).
-        top_k: keep the k most likely tokens when sampling (None: all).
-        top_p: nucleus sampling threshold in (0, 1] (None: off).
-        generator: CPU `torch.Generator` making the draws reproducible.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "recycling".
     """
-    vocab = vocab_size(model)
+    accept("recycling_decode", options, DecodeOptions)
+    vocab = ModelFacts.of(model).vocab_size
     if proposer is None:
         proposer = RecyclingProposer(vocab, template=template, topk=topk)
     elif not isinstance(proposer, RecyclingProposer):
         raise TypeError(f"proposer must be a RecyclingProposer, got {type(proposer).__name__}")
     elif proposer.adjacency.shape[0] != vocab:
         raise ValueError(f"the proposer's adjacency has {proposer.adjacency.shape[0]} rows, the model's vocabulary {vocab} tokens")
-    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "recycling", proposer.template.depth,
-                                 eos_token_id=eos_token_id, tokenizer=tokenizer, do_sample=do_sample, temperature=temperature,
-                                 top_k=top_k, top_p=top_p, generator=generator, streamer=streamer,
-                                 attention_backend=attention_backend)
+    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "recycling", proposer.template.depth, options)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Protocol
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, DynamicLayer, StaticCache
@@ -47,16 +47,47 @@ def cache_arg(model: torch.nn.Module, params: Mapping[str, object] | None = None
     return next((name for name in CACHE_ARGS if name in params), None)
 
 
-def check_model(model: object) -> None:
-    """Raise a clear error if `model` cannot run ladref's custom-mask forward passes.
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the decoders need to know of a model, read once per call (`check_model`).
+
+    Attributes:
+        vocab_size: V, rows of the input embedding.
+        device: where the weights are (its first parameter's device).
+        dtype: the weights' dtype.
+        context: the text config's ``max_position_embeddings`` (None: unbounded).
+        attention: the attention implementation (``config._attn_implementation``).
+    """
+
+    vocab_size: int
+    device: torch.device
+    dtype: torch.dtype
+    context: int | None
+    attention: str | None
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "ModelFacts":
+        """Read the facts of a module with parameters (`check_model` checks the rest)."""
+        if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+            raise TypeError(f"model must be a transformers causal LM (torch.nn.Module with .config), got {type(model).__name__}")
+        param = next(model.parameters(), None)
+        if param is None:
+            raise ValueError(f"{type(model).__name__} has no parameters")
+        config = model.config
+        context = getattr(config.get_text_config(), "max_position_embeddings", None)
+        return cls(model.get_input_embeddings().num_embeddings, param.device, param.dtype, context,
+                   getattr(config, "_attn_implementation", None))
+
+
+def check_model(model: object) -> ModelFacts:
+    """Raise a clear error if `model` cannot run ladref's custom-mask forward passes; else its facts.
 
     Checked before any forward pass: a decoder-only `torch.nn.Module` with a config; a forward
     taking a 4-D mask, position ids and a KV cache (recurrent models such as Mamba do not); eager
     or SDPA attention (flash-attention kernels ignore custom masks); full-attention KV layers only
     (a sliding-window or linear-attention cache cannot be rolled back); floating-point weights.
     """
-    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise TypeError(f"model must be a transformers causal LM (torch.nn.Module with .config), got {type(model).__name__}")
+    facts = ModelFacts.of(model)
     name, config = type(model).__name__, model.config
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(f"{name} is an encoder-decoder model; ladref decodes decoder-only causal LMs")
@@ -67,10 +98,9 @@ def check_model(model: object) -> None:
             f"{name} (model_type {getattr(config, 'model_type', '?')!r}) is not an attention model with a KV cache: "
             f"its forward() lacks {', '.join(missing)}; recurrent / state-space models cannot run lookahead steps"
         )
-    impl = getattr(config, "_attn_implementation", None)
-    if impl not in SUPPORTED_ATTENTION:
+    if facts.attention not in SUPPORTED_ATTENTION:
         raise ValueError(
-            f"attention implementation {impl!r} cannot take ladref's custom 4-D attention mask; "
+            f"attention implementation {facts.attention!r} cannot take ladref's custom 4-D attention mask; "
             f"load the model with attn_implementation='sdpa' or 'eager'"
         )
     kinds = {type(layer).__name__ for layer in DynamicCache(config=config).layers}
@@ -79,30 +109,84 @@ def check_model(model: object) -> None:
             f"{name} has {', '.join(sorted(kinds - {DynamicLayer.__name__}))} cache layers (sliding-window or "
             "recurrent attention), whose cache ladref cannot roll back; use a model with full attention"
         )
-    dtype = next(model.parameters()).dtype
-    if dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{name} has {dtype} weights; ladref needs float16, bfloat16, float32 or float64 weights")
+    if facts.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name} has {facts.dtype} weights; ladref needs float16, bfloat16, float32 or float64 weights")
+    return facts
 
 
-class ModelRunner:
+class Runner:
+    """What the decoding loops drive (`ModelRunner`, `ladref.static.StaticRunner`): the checked
+    model, its facts, the SDPA kernel choice, and the four operations every runner implements.
+
+    Args:
+        model: a decoder-only transformers model using eager or SDPA attention (`check_model`).
+        attention_backend: which SDPA kernels every forward may use (`sdpa_backends`); "auto"
+            avoids kernels that plan per shape.
+
+    Attributes:
+        facts: the model's `ModelFacts`, read once.
+        device, dtype, vocab_size: the facts every step reads.
+        kernels: the SDPA kernels of every forward (None: torch's own choice).
+        max_length: the static cache's slots (None: the cache grows).
+        widths: the step widths a runner can take without recompiling (None: any).
+    """
+
+    max_length: int | None = None
+    widths: tuple[int, ...] | None = None
+
+    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto") -> None:
+        self.model, self.facts = model, check_model(model)
+        self.device, self.dtype, self.vocab_size = self.facts.device, self.facts.dtype, self.facts.vocab_size
+        self.kernels = sdpa_backends(attention_backend, self.device, self.facts.attention)
+
+    @property
+    def step_width(self) -> int | None:
+        """The largest width (every step pads to at most this many tokens); None: steps are not padded."""
+        return None if self.widths is None else self.widths[-1]
+
+    def empty(self) -> None:
+        """Forget the cache (a commit that keeps nothing)."""
+        self.commit(0, torch.zeros(0, dtype=torch.long))
+
+    def details(self) -> list[str]:
+        """What a timing of this runner depends on besides the model (`ladref.timing.describe`)."""
+        return ["sdpa=" + ("+".join(k.name.lower() for k in self.kernels) if self.kernels else "default")]
+
+    @property
+    def past_len(self) -> int:
+        """Tokens committed in the KV cache."""
+        raise NotImplementedError
+
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
+        """Cache the prompt but its last token (a new call); returns that token."""
+        raise NotImplementedError
+
+    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
+        """Cache the whole prompt (a new call); returns the (V,) logits after it."""
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed (q,) tokens under a (q, q) mask; returns the logits of the rows `keep`."""
+        raise NotImplementedError
+
+    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
+        """Keep `past_len` cached entries plus the last step's entries `accepted`."""
+        raise NotImplementedError
+
+
+class ModelRunner(Runner):
     """A model plus the KV cache of one decoding call (nothing survives the call).
 
     Args:
         model: a decoder-only transformers model using eager or SDPA attention.
         attention_backend: which SDPA kernels every forward may use (`sdpa_backends`); "auto"
             avoids kernels that plan per shape.
-        checked: the caller has already run `check_model` on this model (once per call).
     """
 
-    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto", checked: bool = False) -> None:
-        if not checked:
-            check_model(model)
-        self.model = model
-        self.vocab_size = model.get_input_embeddings().num_embeddings
+    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto") -> None:
+        super().__init__(model, attention_backend)
         self.cache = DynamicCache(config=model.config)
-        param = next(model.parameters())
-        self.device, self.dtype = param.device, param.dtype
-        self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._cache_arg = cache_arg(model) or "past_key_values"
 
@@ -282,32 +366,3 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
         kwargs["cache_position"] = cache_position
     out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask, use_cache=True, **kwargs)
     return out.logits[0, -1:] if last_only else out.logits[0]
-
-
-class Runner(Protocol):
-    """What the decoding loops drive (`ModelRunner`, or `ladref.static.StaticRunner`).
-
-    Attributes:
-        device: where the model runs.
-        vocab_size: V, the model's vocabulary size.
-    """
-
-    device: torch.device
-    vocab_size: int
-
-    @property
-    def past_len(self) -> int:
-        """Tokens committed in the KV cache."""
-
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
-        """Cache the prompt but its last token (a new call); returns that token."""
-
-    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        """Cache the whole prompt (a new call); returns the (V,) logits after it."""
-
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
-                keep: torch.Tensor | None = None) -> torch.Tensor:
-        """Feed (q,) tokens under a (q, q) mask; returns the logits of the rows `keep`."""
-
-    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
-        """Keep `past_len` cached entries plus the last step's entries `accepted`."""

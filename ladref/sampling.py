@@ -14,15 +14,17 @@ Warping follows transformers' `TemperatureLogitsWarper`, `TopKLogitsWarper` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
+from typing_extensions import Unpack
 
 from .call import DecodeCall
+from .options import DecodeOptions, accept
 from .results import DecodeResult
-from .types import EosIds, Streamer, TokenIds, Tokenizer
+from .types import TokenIds
 
 # transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -156,20 +158,18 @@ def make_chooser(
     return SamplingChooser(Warp(1.0 if temperature is None else temperature, top_k, top_p), generator)
 
 
+def chooser_for(options: Mapping[str, Any]) -> Chooser | None:
+    """The chooser a call's sampling keywords ask for (`ladref.options.SamplingOptions`; `make_chooser`)."""
+    return make_chooser(options.get("do_sample", False), options.get("temperature"), options.get("top_k"),
+                        options.get("top_p"), options.get("generator"))
+
+
 @torch.inference_mode()
 def sample_decode(
     model: torch.nn.Module,
     input_ids: TokenIds,
     max_new_tokens: int = 64,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "auto",
+    **options: Unpack[DecodeOptions],
 ) -> DecodeResult:
     """Ordinary sampling, one token per forward pass: the distribution lookahead sampling must keep.
 
@@ -177,23 +177,21 @@ def sample_decode(
         model: a transformers decoder-only model (eager or SDPA attention).
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
         max_new_tokens: most tokens to generate.
-        temperature: sampling temperature (> 0).
-        top_k: keep the k most likely tokens (None: all).
-        top_p: nucleus sampling threshold in (0, 1] (None: off).
-        generator: CPU `torch.Generator` for reproducible draws.
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernels the forward passes may use (`ladref.kernels.sdpa_backends`).
+        **options: the shared keywords (`ladref.options.DecodeOptions`): ``temperature``, ``top_k``,
+            ``top_p``, ``generator``, ``eos_token_id``, ``tokenizer``, ``streamer``,
+            ``attention_backend``; ``do_sample`` is implied (False is refused).
 
     Returns:
         `DecodeResult` with one step per generated token.
     """
-    chooser = make_chooser(True, temperature, top_k, top_p, generator)
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, eos_token_id, tokenizer, streamer, attention_backend)
+    accept("sample_decode", options, DecodeOptions)
+    if options.get("do_sample", True) is not True:
+        raise ValueError("sample_decode always samples; for the argmax, call greedy_decode")
+    chooser = chooser_for({**options, "do_sample": True})
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, options)
     current = call.runner.prefill(call.prompt, call.stats)
     while not call.sink.done:
         logits = call.runner.forward(torch.tensor([current]))  # (1, V)
         current = chooser.choose((), logits[-1], ())
         call.stats.record(call.sink.extend([current]), 1)
-    return call.finish(tokenizer, "sample")
+    return call.finish("sample")

@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .config import check_int
-from .kernels import attention_scope, sdpa_backends
+from .kernels import attention_scope
 from .masks import static_additive
 from .precompiled import check_compile_dir, packaged_step, weights_digest
 from .results import DecodeStats
-from .runner import (check_model, gather_static_slots, guard_static_cache, new_static_cache, set_static_length,
+from .runner import (Runner, gather_static_slots, guard_static_cache, new_static_cache, set_static_length,
                      static_cache_ready, static_forward)
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -107,7 +107,7 @@ def compile_own(fn: Callable, name: str, mode: str | None, device: torch.device)
     return torch.compile(own, mode=torch_mode.get(mode, mode), fullgraph=True, dynamic=False)
 
 
-class StaticRunner:
+class StaticRunner(Runner):
     """A model plus a preallocated static KV cache, fed steps padded to a few widths, optionally compiled.
 
     Unlike `ladref.runner.ModelRunner`, one StaticRunner serves many calls (`prefill` starts a new
@@ -140,10 +140,8 @@ class StaticRunner:
     def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
                  compile_mode: str | None = None, commit_slots: int | None = None, step_width: int | None = None, *,
                  widths: Sequence[int] | None = None, compile_dir: str | os.PathLike | None = None) -> None:
-        check_model(model)
+        super().__init__(model, attention_backend)
         check_int("max_length", max_length, 2)
-        param = next(model.parameters())
-        self.device, self.dtype = param.device, param.dtype
         check_mode(compile_mode, self.device)
         self.compile_dir = check_compile_dir(compile_dir, compile_mode)
         if widths is None and step_width is not None:
@@ -155,9 +153,7 @@ class StaticRunner:
             commit_slots = self.widths[-1]
         if commit_slots is not None:
             check_int("commit_slots", commit_slots, 1)
-        self.model, self.max_length, self.commit_slots, self.compile_mode = model, max_length, commit_slots, compile_mode
-        self.vocab_size = model.get_input_embeddings().num_embeddings
-        self.kernels = sdpa_backends(attention_backend, self.device, getattr(model.config, "_attn_implementation", None))
+        self.max_length, self.commit_slots, self.compile_mode = max_length, commit_slots, compile_mode
         self.cache = new_static_cache(model, max_length)
         self.length = 0
         self.compile_s: dict[int, float] = {}
@@ -170,11 +166,6 @@ class StaticRunner:
     def past_len(self) -> int:
         """Tokens committed in the cache."""
         return self.length
-
-    @property
-    def step_width(self) -> int | None:
-        """The largest width (every step pads to at most this many tokens); None: steps are not padded."""
-        return None if self.widths is None else self.widths[-1]
 
     def width_for(self, q: int) -> int:
         """The width a step of q tokens runs at: the smallest bucket >= q (q itself without buckets)."""
@@ -200,6 +191,14 @@ class StaticRunner:
         self.length = 0
         if static_cache_ready(self.cache):
             set_static_length(self.cache, torch.tensor(0, device=self.device))
+
+    def empty(self) -> None:
+        """Forget the cache (`reset`)."""
+        self.reset()
+
+    def details(self) -> list[str]:
+        """The kernels, and what a static step attends over: every one of its max_length slots."""
+        return super().details() + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
         """As `ModelRunner.prefill_whole`, uncompiled (the prompt's length changes from call to call)."""

@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 
 from .results import DecodeStats
+from .runner import Runner
 
 Progress = Callable[[int, int], None]  # (passes done, passes in all)
 
 
-def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int,
+def measure_steps(model: torch.nn.Module, runner: Runner, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int,
                   progress: Progress | None = None) -> list[list[float]]:
     """``seconds[i][j]``: median of `repeats` timed steps of width ``widths[j]`` at about ``kv_lengths[i]`` cached tokens.
 
@@ -36,11 +37,11 @@ def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_leng
     if runner.past_len != 0:
         raise ValueError(f"measuring needs a runner with an empty cache, this one holds {runner.past_len} tokens")
     top = max(kv_lengths) + repeats
-    limit = getattr(model.config, "max_position_embeddings", None)
+    limit = runner.facts.context
     if limit is not None and top + max(widths) > limit:
         raise ValueError(f"a KV length of {max(kv_lengths)} plus {repeats} repeats and a {max(widths)}-token step "
                          f"exceeds the model's {limit} positions (max_position_embeddings)")
-    device, vocab = next(model.parameters()).device, model.get_input_embeddings().num_embeddings
+    device, vocab = runner.facts.device, runner.facts.vocab_size
     runner.prefill(torch.arange(top + 1) % vocab, DecodeStats())  # caches `top` tokens
     plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
     samples = [[[] for _ in widths] for _ in kv_lengths]
@@ -53,11 +54,11 @@ def measure_steps(model: torch.nn.Module, runner, widths: Sequence[int], kv_leng
             done += 1
             if progress is not None:
                 progress(done, total)
-    _empty(runner)
+    runner.empty()
     return [[statistics.median(times) for times in row] for row in samples]
 
 
-def _timed_step(runner, device: torch.device, length: int, ids: torch.Tensor) -> float:
+def _timed_step(runner: Runner, device: torch.device, length: int, ids: torch.Tensor) -> float:
     """Roll the cache back to `length` tokens, then time one forward pass over `ids`."""
     # keep the first length-1 entries plus entry length-1 itself: a one-token commit, which every runner takes
     runner.commit(length - 1, torch.tensor([0]))
@@ -71,28 +72,15 @@ def _timed_step(runner, device: torch.device, length: int, ids: torch.Tensor) ->
     return time.perf_counter() - start
 
 
-def _empty(runner) -> None:
-    """Forget the cache: a static cache's `reset`, else a commit that keeps nothing."""
-    if hasattr(runner, "reset"):
-        runner.reset()
-    else:
-        runner.commit(0, torch.zeros(0, dtype=torch.long))
-
-
-def describe(model: torch.nn.Module, runner) -> str:
+def describe(model: torch.nn.Module, runner: Runner) -> str:
     """What a measurement depends on: model, parameters, device, dtype, CPU threads, runner and its kernels."""
-    config, param = model.config, next(model.parameters())
+    config, facts = model.config, runner.facts
     name = getattr(config, "name_or_path", "") or type(model).__name__
     name = Path(name).name if Path(name).is_dir() else name  # a local folder: its name, not this machine's path
     params = sum(p.numel() for p in model.parameters())
-    threads = f", {torch.get_num_threads()} torch threads" if param.device.type == "cpu" else ""
-    details = []
-    if hasattr(runner, "kernels"):
-        details.append("sdpa=" + ("+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default"))
-    if hasattr(runner, "compile_mode"):  # a static runner: every step attends over all max_length slots
-        details += [f"compile_mode={runner.compile_mode}", f"max_length={runner.max_length}"]
-    kind, dtype = f"{type(runner).__name__}({', '.join(details)})", str(param.dtype).removeprefix("torch.")
-    return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {param.device} {dtype}{threads}, {kind}"
+    threads = f", {torch.get_num_threads()} torch threads" if facts.device.type == "cpu" else ""
+    kind, dtype = f"{type(runner).__name__}({', '.join(runner.details())})", str(facts.dtype).removeprefix("torch.")
+    return f"{name} ({getattr(config, 'model_type', '?')}), {params:,} parameters, {facts.device} {dtype}{threads}, {kind}"
 
 
 def processor(device: torch.device) -> str:

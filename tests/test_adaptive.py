@@ -12,7 +12,7 @@ from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, voc
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, greedy_decode, lookahead_decode
 from ladref.adaptive import AdaptiveDecoder, adaptive_decode
 from ladref.cost import CostModel
-from ladref.policy import DraftPolicy
+from ladref.policy import DraftPolicy, PolicySettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FLAT = CostModel.flat(256)  # a launch-bound GPU: any width costs one step
@@ -76,7 +76,8 @@ def test_the_policy_learns_from_trees_it_did_not_feed():
 def test_compiled_widths_bound_and_price_the_steps():
     policy = DraftPolicy(FLAT, widths=(1, 4))
     tree = DraftTree.from_paths([[1, 2, 3, 4, 5, 6, 7, 8]], "s")
-    chosen, window, _ = policy.choose([tree], kv=10)
+    choice = policy.choose([tree], kv=10)
+    chosen, window = choice.tree, choice.window
     assert len(chosen) == 3 and not window  # the widest compiled step: 4 tokens
     stepped = DraftPolicy(CPU, widths=(1, 4, 16))
     assert stepped.step_time(5, 10) == stepped.step_time(16, 10) > stepped.step_time(4, 10)  # padded to the next width
@@ -89,7 +90,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="positive, finite"):
         CostModel.from_times({1: 0.1, 2: float("nan")})
     with pytest.raises(ValueError, match="prior"):
-        DraftPolicy(CPU, prior=(2.0, 1.0))
+        DraftPolicy(CPU, settings=PolicySettings(prior=(2.0, 1.0)))
     with pytest.raises(TypeError, match="does not implement the Proposer protocol"):
         adaptive_decode(model, PROMPT, cost=CPU, proposers=[42])
 
@@ -133,16 +134,16 @@ def test_compiled_width_buckets_serve_adaptive_decoding_exactly():
 
 def test_timed_steps_correct_the_curve_when_calibrating():
     tree = DraftTree.from_paths([[1, 2, 3, 4, 5, 6, 7]], "s")
-    policy = DraftPolicy(CPU, calibrate=True)
+    policy = DraftPolicy(CPU, settings=PolicySettings(calibrate=True))
     for _ in range(3):
         policy.propose([tree])
         policy.observe([1, 2, 3, 4, 5, 6, 7, 8])  # every node right: a draft is worth feeding
-    assert len(policy.choose([tree], kv=0)[0]) > 1
+    assert len(policy.choose([tree], kv=0).tree) > 1
     policy.timed(8, 0, 2 * CPU.time(8))  # the 8-token steps really cost 2x the curve (e.g. a long prompt)
     assert policy.step_time(8, 0) == pytest.approx(2 * CPU.time(8))
     assert policy.step_time(1, 0) == pytest.approx(2 * CPU.time(1))  # no own timing yet: the correction of all
     policy.timed(1, 0, CPU.time(1))  # a one-token step costs what the curve says
-    assert policy.step_time(1, 0) == pytest.approx(CPU.time(1)) and len(policy.choose([tree], kv=0)[0]) == 0
+    assert policy.step_time(1, 0) == pytest.approx(CPU.time(1)) and len(policy.choose([tree], kv=0).tree) == 0
     fixed = DraftPolicy(CPU)  # calibrate=False: a curve passed in is taken as it is
     fixed.timed(8, 0, 2 * CPU.time(8))
     assert fixed.step_time(8, 0) == CPU.time(8) and fixed.corrections == {}
@@ -154,7 +155,7 @@ def test_acceptance_is_learned_apart_per_grade_of_evidence():
     policy.observe([5])
     policy.propose([tree], [1])
     policy.observe([6])
-    assert policy.rate(("prompt_lookup", 3, 1, 0)) > policy.prior[0] / policy.prior[1] > policy.rate(("prompt_lookup", 1, 1, 0))
+    assert policy.rate(("prompt_lookup", 3, 1, 0)) > policy.settings.prior[0] / policy.settings.prior[1] > policy.rate(("prompt_lookup", 1, 1, 0))
     proposer = PromptLookupProposer()
     proposer.begin([1, 2, 3, 9, 1, 2, 3])
     assert len(proposer.propose([1, 2, 3])) and proposer.evidence == 3  # the longest suffix found earlier
@@ -176,13 +177,20 @@ def test_sources_that_disagree_cannot_promise_more_than_one_child():
 
 
 def test_probes_scale_down_drafts_that_deliver_less_than_promised():
-    policy, tree = DraftPolicy(CPU, prior=(9.0, 10.0)), DraftTree.from_paths([[1, 2, 3]], "s")  # every node believed 90% likely
-    assert policy.trust == 1.0 and len(policy.choose([tree], kv=0)[0]) == 3  # 1 + 2.4 expected tokens for t(4) = 2 t(1)
+    settings = PolicySettings(prior=(9.0, 10.0))  # every node believed 90% likely
+    policy, tree = DraftPolicy(CPU, settings=settings), DraftTree.from_paths([[1, 2, 3]], "s")
+
+    def choose() -> DraftTree:  # as `PolicyChoice` does: the step's probe is watched, fed or not
+        choice = policy.choose([tree], kv=0)
+        policy.watch(choice.probe, choice.probe_expected)
+        return choice.tree
+
+    assert policy.trust == 1.0 and len(choose()) == 3  # 1 + 2.4 expected tokens for t(4) = 2 t(1)
     for _ in range(10):
         policy.observe([9])  # the draft it would feed is never right: each step's probe finds 0 of about 2.4 tokens
-        policy.choose([tree], kv=0)
-    assert policy.trust == 0.2 and len(policy.choose([tree], kv=0)[0]) == 0  # a greedy step
-    assert policy.judged[1] == 2.0 and policy.judged[0] > 20  # the prior, plus what the probes expected
+        choose()
+    assert policy.trust == 0.2 and len(choose()) == 0  # a greedy step
+    assert policy.probes.matched == 2.0 and policy.probes.expected > 20  # the prior, plus what the probes expected
 
 
 def test_compiled_adaptive_decoder_takes_the_shortest_cache_that_fits():

@@ -133,8 +133,8 @@ def adaptive_reasons(cost: CostModel, policy: DraftPolicy, result: DecodeResult,
     for (source, _, depth, rank), rate in policy.rates.items():
         if depth == 1 and rank == 0:
             seen = counts.setdefault(source, [0.0, 0.0])
-            seen[0] += rate.accepted - policy.prior[0]
-            seen[1] += rate.reached - policy.prior[1]
+            seen[0] += rate.accepted - policy.settings.prior[0]
+            seen[1] += rate.reached - policy.settings.prior[1]
     rates = {s: f"{s} {a / n:.0%} of {int(n)} checks" for s, (a, n) in counts.items() if n}
     drafted = sum(d > 0 for d in stats.draft_tokens_per_step)
     windowed = sum(w > 0 for w in stats.window_tokens_per_step)

@@ -23,13 +23,15 @@ counted as one step per token without a hook: its length cannot be read back exa
 from __future__ import annotations
 
 import torch
+from typing_extensions import Unpack
 
 from ..call import DecodeCall, streamer_callback
 from ..config import check_int
 from ..kernels import attention_scope, sdpa_backends
+from ..options import GreedyOptions, accept
 from ..results import DecodeResult, DecodeStats
 from ..runner import CACHE_ARGS, check_model
-from ..types import EosIds, Streamer, TokenIds, Tokenizer
+from ..types import Streamer, TokenIds
 
 
 class _CallRecorder:
@@ -83,26 +85,23 @@ def run_generate(
     max_new_tokens: int,
     method: str,
     extra: dict,
-    *,
+    options: GreedyOptions,
     extent: int = 0,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "torch",
 ) -> DecodeResult:
     """Greedy ``model.generate(**extra)`` on one prompt, timed and counted like ladref's decoders.
 
     Args:
         method: the `DecodeResult.method` label.
         extra: generate() keyword arguments of the method (e.g. ``prompt_lookup_num_tokens``).
+        options: the shared keywords (`ladref.options.GreedyOptions`), checked by the caller; the
+            attention backend defaults to "torch" here: transformers' and torch's dispatch left alone.
         extent: positions past the last committed token a step may touch (`check_budget`).
-        attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`); "torch" leaves
-            transformers' and torch's dispatch alone.
     """
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, eos_token_id, tokenizer, generate_loop=True)
+    streamer = options.get("streamer")
+    call = DecodeCall.begin(model, input_ids, max_new_tokens, extent, {**options, "streamer": None}, generate_loop=True)
     streamer_callback(streamer)  # validates it; generate() itself puts the prompt and calls end()
     eos = sorted(call.sink.eos)
-    kernels = sdpa_backends(attention_backend, call.device, getattr(model.config, "_attn_implementation", None))
+    kernels = sdpa_backends(options.get("attention_backend", "torch"), call.device, call.facts.attention)
     ids = call.prompt[None].to(call.device)
     recorder = None if extra.get("cache_implementation") == "static" else _CallRecorder()
     handle = model.register_forward_pre_hook(recorder, with_kwargs=True) if recorder else None
@@ -122,7 +121,7 @@ def run_generate(
         call.stats = DecodeStats(prefill_tokens=ids.shape[1] - 1)
         for _ in range(generated):
             call.stats.record(1, 1)
-    return call.finish(tokenizer, method)
+    return call.finish(method)
 
 
 def generate_decode(
@@ -131,10 +130,7 @@ def generate_decode(
     max_new_tokens: int = 64,
     *,
     cache_implementation: str | None = None,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "torch",
+    **options: Unpack[GreedyOptions],
 ) -> DecodeResult:
     """Greedy decoding by transformers' ``model.generate(do_sample=False)``.
 
@@ -144,10 +140,8 @@ def generate_decode(
         max_new_tokens: most tokens to generate.
         cache_implementation: None (a `DynamicCache`) or "static" (a preallocated cache; on CUDA
             transformers then compiles the decoding step with ``torch.compile``).
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernel choice; default "torch", transformers as its users run it.
+        **options: as `ladref.greedy_decode`'s (`ladref.options.GreedyOptions`), but the attention
+            backend defaults to "torch": transformers as its users run it.
 
     Returns:
         `DecodeResult` with method "generate" ("generate_static" with a static cache).
@@ -157,8 +151,7 @@ def generate_decode(
     check_model(model)
     extra = {} if cache_implementation is None else {"cache_implementation": cache_implementation}
     method = "generate" if cache_implementation is None else "generate_static"
-    return run_generate(model, input_ids, max_new_tokens, method, extra, eos_token_id=eos_token_id, tokenizer=tokenizer,
-                        streamer=streamer, attention_backend=attention_backend)
+    return run_generate(model, input_ids, max_new_tokens, method, extra, accept("generate_decode", options, GreedyOptions))
 
 
 def hf_prompt_lookup_decode(
@@ -168,10 +161,7 @@ def hf_prompt_lookup_decode(
     *,
     prompt_lookup_num_tokens: int = 10,
     max_matching_ngram_size: int = 2,
-    eos_token_id: EosIds = None,
-    tokenizer: Tokenizer | None = None,
-    streamer: Streamer | None = None,
-    attention_backend: str = "torch",
+    **options: Unpack[GreedyOptions],
 ) -> DecodeResult:
     """Greedy prompt-lookup decoding through transformers' ``model.generate`` (the peer baseline;
     ladref's own is `ladref.prompt_lookup_decode`).
@@ -182,10 +172,7 @@ def hf_prompt_lookup_decode(
         max_new_tokens: most tokens to generate.
         prompt_lookup_num_tokens: k, most drafted tokens per step (transformers' own name).
         max_matching_ngram_size: longest n-gram of the text's tail looked up in the prompt.
-        eos_token_id: id(s) to stop at (kept in the output); default: the model's.
-        tokenizer: optional, to decode the text.
-        streamer: optional transformers streamer; gets the prompt, each token in order, then `end()`.
-        attention_backend: SDPA kernel choice; default "torch", transformers as its users run it.
+        **options: as `generate_decode`'s.
 
     Returns:
         `DecodeResult` with method "hf_plookup"; steps are generate's forward calls (see module doc).
@@ -193,5 +180,5 @@ def hf_prompt_lookup_decode(
     check_int("prompt_lookup_num_tokens", prompt_lookup_num_tokens, 1)
     check_int("max_matching_ngram_size", max_matching_ngram_size, 1)
     extra = {"prompt_lookup_num_tokens": prompt_lookup_num_tokens, "max_matching_ngram_size": max_matching_ngram_size}
-    return run_generate(model, input_ids, max_new_tokens, "hf_plookup", extra, extent=prompt_lookup_num_tokens, eos_token_id=eos_token_id,
-                        tokenizer=tokenizer, streamer=streamer, attention_backend=attention_backend)
+    options = accept("hf_prompt_lookup_decode", options, GreedyOptions)
+    return run_generate(model, input_ids, max_new_tokens, "hf_plookup", extra, options, prompt_lookup_num_tokens)

@@ -1,0 +1,93 @@
+"""The keywords every decoder shares, said once.
+
+Every decoder is ``decode(model, input_ids, max_new_tokens, *, <its own options>, **options)``:
+its own options (W, N, G; a block size; proposers) are in its signature, and ``**options`` takes
+the shared keywords below, by name, all optional. Each group is a `TypedDict`, so an editor or
+type checker knows the keywords (`Unpack`); a keyword a decoder does not take is a `TypeError`
+naming it (`accept`), as Python's own binding would be.
+
+| group | keywords | taken by |
+| --- | --- | --- |
+| `OutputOptions` | ``eos_token_id``, ``tokenizer``, ``streamer`` | every decoder and decoder call |
+| `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones |
+| `BackendOptions` | ``attention_backend`` | every function decoder (a decoder object takes it when built) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from typing_extensions import TypedDict
+
+from .types import EosIds, Streamer, Tokenizer
+
+
+class OutputOptions(TypedDict, total=False):
+    """Where a call stops and where its tokens go.
+
+    Attributes:
+        eos_token_id: id(s) to stop at (kept in the output); default: the model's (its generation
+            config, its config, then the tokenizer's). ``[]``: always generate max_new_tokens.
+        tokenizer: decodes the tokens into `DecodeResult.text` (default: no text).
+        streamer: a transformers streamer; gets the prompt, each accepted token in order, then ``end()``.
+    """
+
+    eos_token_id: EosIds
+    tokenizer: Tokenizer | None
+    streamer: Streamer | None
+
+
+class SamplingOptions(TypedDict, total=False):
+    """How tokens are chosen: the argmax (default), or drawn exactly as ordinary sampling (`ladref.sampling`).
+
+    Attributes:
+        do_sample: sample instead of taking the argmax (default False; `sample_decode` always samples).
+        temperature: sampling temperature (> 0; default 1).
+        top_k: keep the k most likely tokens when sampling (None: all).
+        top_p: nucleus sampling threshold in (0, 1] (None: off).
+        generator: CPU `torch.Generator` making the draws reproducible (None: torch's default RNG).
+    """
+
+    do_sample: bool
+    temperature: float | None
+    top_k: int | None
+    top_p: float | None
+    generator: torch.Generator | None
+
+
+class BackendOptions(TypedDict, total=False):
+    """Which attention kernels the forward passes may use.
+
+    Attributes:
+        attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`); default "auto"
+            ("torch" in `ladref.bench.hf`'s transformers baselines: transformers as its users run it).
+    """
+
+    attention_backend: str
+
+
+class GreedyOptions(OutputOptions, BackendOptions, total=False):
+    """The keywords of `greedy_decode` and the transformers baselines: `OutputOptions`, `BackendOptions`."""
+
+
+class CallOptions(OutputOptions, SamplingOptions, total=False):
+    """The keywords of a decoder object's call (its backend is chosen when it is built):
+    `OutputOptions`, `SamplingOptions`."""
+
+
+class DecodeOptions(OutputOptions, SamplingOptions, BackendOptions, total=False):
+    """Every shared keyword: `OutputOptions`, `SamplingOptions` and `BackendOptions`."""
+
+
+def accept(caller: str, options: Mapping[str, object], allowed: type) -> Mapping[str, object]:
+    """`options` if every keyword in it is one of `allowed`'s (a TypedDict above), else a clear error.
+
+    Raises:
+        TypeError: ``<caller>() got an unexpected keyword argument '<name>'`` (Python's own words).
+    """
+    known = allowed.__required_keys__ | allowed.__optional_keys__
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+    return options
