@@ -94,7 +94,7 @@ TASKS: tuple[Task, ...] = (
     Task(
         "task1_2",
         "the n-gram pool",
-        "ladref/ngram_pool.py",
+        "ladref/sources/ngram_pool.py",
         ("NGramPool.add", "NGramPool.seed_from_tokens", "NGramPool.harvest", "NGramPool.candidates"),
         points=15,
         hours="1-2",

@@ -4,48 +4,52 @@
     >>> result = lookahead_decode(model, input_ids, 128, config=LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4))
     >>> result.token_ids, result.stats.compression
 
-Every decoder has one call shape: ``decode(model, input_ids, max_new_tokens, *, ...)``.
+Every decoder has one call shape: ``decode(model, input_ids, max_new_tokens, *, ...)``, its own
+options and then the keywords every decoder shares (`ladref.options`).
 
-The core, in reading order (the order of the tutorials and the docs):
+Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast paths in
+`ladref.fast`, what you run in `ladref.bench`. In reading order (the tutorials' and the docs'):
 
 1. `ladref.config` (W, N, G), `ladref.results` (what a call returns);
-2. `ladref.greedy` (the oracle) and `ladref.jacobi` (the fixed-point iteration);
-3. the building blocks: `ladref.tree` (the draft trie), `ladref.ngram_pool`, `ladref.masks`,
-   `ladref.verify`;
+2. `ladref.greedy` (the oracle) and `ladref.sources.jacobi` (the fixed-point iteration);
+3. the building blocks: `ladref.tree` (the draft trie), `ladref.sources.ngram_pool`,
+   `ladref.masks`, `ladref.verify`;
 4. `ladref.proposer` (where drafts come from: the protocol, `DraftSource`, `StepOutcome`),
    `ladref.step` (the combined step and the one loop every tree decoder repeats) and
    `ladref.decode` (`draft_decode`, that loop with any proposers);
-5. the draft sources: `ladref.lookahead` (the paper's window and pool), `ladref.prompt_lookup`,
-   `ladref.recycling` (Token Recycling), and Jacobi's chain in `ladref.jacobi`;
+5. the draft sources: `ladref.sources.lookahead` (the paper's window and pool),
+   `ladref.sources.prompt_lookup`, `ladref.sources.recycling` (Token Recycling), and Jacobi's
+   chain in `ladref.sources.jacobi`;
 6. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
-7. the fast paths: `ladref.cost` and `ladref.timing` (the step-cost curve), `ladref.policy` and
-   `ladref.adaptive` (drafting only what the machine affords), `ladref.static`,
-   `ladref.compiled` and `ladref.precompiled` (constant shapes over a static cache, compiled once);
-8. plumbing: `ladref.runner` (the only module touching transformers internals), `ladref.kernels`
-   (the attention-kernel choice), `ladref.call` (input checks, stopping rules), `ladref.options`
-   (the keywords every decoder shares), `ladref.types`,
+7. the fast paths: `ladref.fast.timing` and `ladref.fast.cost` (the step-cost curve),
+   `ladref.fast.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
+   `ladref.fast.static`, `ladref.fast.compiled` and `ladref.fast.precompiled` (constant shapes
+   over a static cache, compiled once);
+8. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
+   internals), `ladref.call` (input checks, stopping rules), `ladref.options` (the keywords every
+   decoder shares), `ladref.kernels` (the attention-kernel choice), `ladref.types`,
    `ladref.models` (the embedded model), `ladref.compat` (clear errors for earlier call shapes).
 
 What you run rather than read (benchmarks, auto-tuning, FLOPs, datasets, the demo, the prompt
-lookup baseline) lives in `ladref.bench`; the core never imports it.
+lookup baseline) lives in `ladref.bench`; the library never imports it.
 """
 
-from .adaptive import AdaptiveDecoder, adaptive_decode
-from .compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from .config import LookaheadConfig
-from .cost import CostCache, CostModel
 from .decode import draft_decode
+from .fast.adaptive import AdaptiveDecoder, adaptive_decode
+from .fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
+from .fast.cost import CostCache, CostModel
 from .generate import lookahead_generator
 from .greedy import greedy_decode
-from .jacobi import JacobiProposer, jacobi_decode
-from .lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
 from .models import chat_ids, default_device, load_default_model
 from .options import DecodeOptions
-from .prompt_lookup import PromptLookupProposer, prompt_lookup_decode
 from .proposer import DraftSource, Proposer, StepOutcome
-from .recycling import RecyclingProposer, TreeTemplate, recycling_decode
 from .results import DecodeResult, DecodeStats
 from .sampling import sample_decode
+from .sources.jacobi import JacobiProposer, jacobi_decode
+from .sources.lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
+from .sources.prompt_lookup import PromptLookupProposer, prompt_lookup_decode
+from .sources.recycling import RecyclingProposer, TreeTemplate, recycling_decode
 from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 

@@ -27,9 +27,9 @@ import torch
 from .call import DecodeCall, streamer_callback
 from .config import LookaheadConfig
 from .kernels import check_attention_backend
-from .lookahead import LookaheadProposer
 from .runner import CACHE_ARGS
 from .sampling import GreedyChooser, SamplingChooser, Warp, check_generator
+from .sources.lookahead import LookaheadProposer
 from .step import run_drafting
 from .types import Streamer
 

@@ -10,7 +10,7 @@ the merged tree of every proposer in ONE forward pass (`ladref.step.draft_step`)
 A proposer written by a user plugs into the same loop (`ladref.draft_decode`); it needs a name,
 three methods and three options, which `DraftSource` gives at their defaults (inherit it):
 
-* ``window`` (default None): a `ladref.lookahead.LookaheadWindow` the step must feed as its
+* ``window`` (default None): a `ladref.sources.lookahead.LookaheadWindow` the step must feed as its
   lookahead branch (the paper's 2-D Jacobi window; at most one per step);
 * ``topk`` (default 0): an int k > 0 asks for the model's top-k next tokens at EVERY position the
   step feeds (`StepOutcome.top`), as Token Recycling's adjacency matrix needs;
@@ -73,7 +73,7 @@ class StepOutcome:
 
 
 class Window(Protocol):
-    """A lookahead branch a step feeds (`ladref.lookahead.LookaheadWindow`).
+    """A lookahead branch a step feeds (`ladref.sources.lookahead.LookaheadWindow`).
 
     Attributes:
         grid: (N-1, W) long, the window's rows, oldest first; cell (0, 0) is replaced by the current token.

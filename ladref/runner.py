@@ -3,7 +3,7 @@
 Everything model-specific lives here: the prompt prefill, the forward pass with a custom 4-D
 additive mask and explicit position ids, and the KV-cache commit that keeps an accepted
 verification branch by gathering its keys/values; and the static-cache primitives that
-`ladref.static.StaticRunner` builds its constant-shape steps from. The rest of ladref only sees
+`ladref.fast.static.StaticRunner` builds its constant-shape steps from. The rest of ladref only sees
 runners.
 
 Facts this module relies on (transformers 5.x):
@@ -115,7 +115,7 @@ def check_model(model: object) -> ModelFacts:
 
 
 class Runner:
-    """What the decoding loops drive (`ModelRunner`, `ladref.static.StaticRunner`): the checked
+    """What the decoding loops drive (`ModelRunner`, `ladref.fast.static.StaticRunner`): the checked
     model, its facts, the SDPA kernel choice, and the four operations every runner implements.
 
     Args:
@@ -149,7 +149,7 @@ class Runner:
         self.commit(0, torch.zeros(0, dtype=torch.long))
 
     def details(self) -> list[str]:
-        """What a timing of this runner depends on besides the model (`ladref.timing.describe`)."""
+        """What a timing of this runner depends on besides the model (`ladref.fast.timing.describe`)."""
         return ["sdpa=" + ("+".join(k.name.lower() for k in self.kernels) if self.kernels else "default")]
 
     @property

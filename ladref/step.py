@@ -12,7 +12,7 @@ the combined mask (`ladref.masks`), then reads it top-down as the paper's figure
 
 Between 1 and 2 the loop asks a `StepChoice` which proposed nodes to feed, and whether to feed
 the window: `DraftBudget` feeds everything (up to a budget of nodes), adaptive decoding's
-policy (`ladref.adaptive`) what this machine can afford. The output is exactly greedy's whatever
+policy (`ladref.fast.adaptive`) what this machine can afford. The output is exactly greedy's whatever
 the proposers drafted and the choice fed: drafts only decide how many tokens one step may accept.
 """
 
@@ -100,7 +100,7 @@ def draft_step(
 
 class StepChoice(Protocol):
     """What each step feeds, chosen from the proposed trees (the loop's hook; `DraftBudget`,
-    `ladref.adaptive.PolicyChoice`)."""
+    `ladref.fast.adaptive.PolicyChoice`)."""
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
         """(the tree to feed, whether to feed the window) at KV length `kv`; `window_cells`: the

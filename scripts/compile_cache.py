@@ -16,7 +16,7 @@ import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 
 from ladref import load_default_model
-from ladref.static import StaticRunner
+from ladref.fast.static import StaticRunner
 
 torch.set_num_threads(2)
 model, _ = load_default_model()

@@ -1,6 +1,6 @@
 """Draw docs/img/padded_mask.png: a constant-shape lookahead step's mask over a static KV cache.
 
-The step (W=3, N=3, G=3) found one pool candidate, a 2-token tree; `ladref.static.pad_step` pads it
+The step (W=3, N=3, G=3) found one pool candidate, a 2-token tree; `ladref.fast.static.pad_step` pads it
 to the decoder's one width, (N-1)(W+G) = 12 tokens, with dummies that see only themselves. The
 cache has M slots, `length` of them committed, the rest stale or unused. Rendered from the
 library's own `build_step_inputs`, `pad_step` and `static_additive`, so the figure cannot drift
@@ -20,7 +20,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from ladref.masks import build_step_inputs, static_additive
-from ladref.static import pad_step
+from ladref.fast.static import pad_step
 from ladref.tree import DraftTree
 
 W, N, G, REAL, LENGTH, M = 3, 3, 3, 1, 6, 26

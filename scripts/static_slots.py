@@ -13,7 +13,7 @@ import time
 import torch
 
 from ladref import load_default_model
-from ladref.static import StaticRunner
+from ladref.fast.static import StaticRunner
 
 torch.set_num_threads(2)
 model, _ = load_default_model()

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, vocab_sizes
 
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, greedy_decode, lookahead_decode
-from ladref.adaptive import AdaptiveDecoder, adaptive_decode
-from ladref.cost import CostModel
-from ladref.policy import DraftPolicy, PolicySettings
+from ladref.fast.adaptive import AdaptiveDecoder, adaptive_decode
+from ladref.fast.cost import CostModel
+from ladref.fast.policy import DraftPolicy, PolicySettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FLAT = CostModel.flat(256)  # a launch-bound GPU: any width costs one step
@@ -97,7 +97,7 @@ def test_bad_arguments_are_refused():
 
 def test_adaptive_decoding_over_a_width_bucketed_static_runner_is_greedy():
     """One `StaticRunner` of a few widths serves every call; each step is padded to its bucket."""
-    from ladref.static import StaticRunner
+    from ladref.fast.static import StaticRunner
 
     model = tiny_model("llama", 16, 0)
     runner = StaticRunner(model, 160, widths=(1, 2, 4, 8, 16, 32))
@@ -116,7 +116,7 @@ def test_compiled_width_buckets_serve_adaptive_decoding_exactly():
     from strategies import build_tiny
     from torch._dynamo.utils import counters
 
-    from ladref.static import StaticRunner
+    from ladref.fast.static import StaticRunner
 
     torch._dynamo.reset()
     model = build_tiny("llama", 16, 1).float()
@@ -164,7 +164,7 @@ def test_acceptance_is_learned_apart_per_grade_of_evidence():
 
 
 def test_sources_that_disagree_cannot_promise_more_than_one_child():
-    from ladref.policy import exclusive
+    from ladref.fast.policy import exclusive
 
     tree = DraftTree.from_paths([[1, 2], [3], [4]], "a")  # root children 1, 3, 4; node 2 below 1
     value = torch.tensor([0.8, 0.4, 0.6, 0.6], dtype=torch.float64)  # nodes: 1, 2, 3, 4 (topological)

@@ -206,7 +206,7 @@ def test_command_line_names_and_defaults(tmp_path):
 
 def test_demo_verdict_follows_the_measured_ratio_not_the_prediction():
     from ladref.bench.demo import verdict
-    from ladref.cost import CostModel
+    from ladref.fast.cost import CostModel
     from ladref.results import DecodeResult, DecodeStats
 
     stats = DecodeStats()
@@ -221,7 +221,7 @@ def test_demo_verdict_follows_the_measured_ratio_not_the_prediction():
 
 def test_demo_predicts_each_call_from_the_curve_and_withholds_a_verdict_the_curve_contradicts():
     from ladref.bench.demo import agreement, budget_note, predicted_seconds
-    from ladref.cost import CostModel
+    from ladref.fast.cost import CostModel
     from ladref.results import DecodeResult, DecodeStats
 
     cost = CostModel((1, 8), (10, 20), ((0.1, 0.2), (0.3, 0.6)))  # t doubles from q = 1 to 8, triples from kv 10 to 20

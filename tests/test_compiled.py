@@ -1,4 +1,4 @@
-"""The constant-shape, static-cache decoder (ladref.compiled) against greedy decoding and generate.
+"""The constant-shape, static-cache decoder (ladref.fast.compiled) against greedy decoding and generate.
 
 Eager constant-shape steps (``mode=None``) carry the property tests (float64, exact); one slow
 test compiles the step with torch.compile on the CPU (float32); CUDA graphs run only on a GPU.
@@ -22,12 +22,12 @@ from strategies import (
 )
 
 from ladref import CompiledDecoder, LookaheadConfig, greedy_decode, lookahead_decode
-from ladref.lookahead import LookaheadProposer
+from ladref.sources.lookahead import LookaheadProposer
 from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.step import draft_step
 from ladref.runner import ModelRunner, guard_static_cache
-from ladref.static import StaticRunner, compile_scope, static_step
+from ladref.fast.static import StaticRunner, compile_scope, static_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
@@ -180,7 +180,7 @@ def test_packaged_steps_are_built_once_then_loaded_and_stay_exact(config, tmp_pa
 
 def test_package_names_and_bad_compile_dirs(tmp_path):
     from ladref import CompiledAdaptiveDecoder
-    from ladref.precompiled import package_name, weights_digest
+    from ladref.fast.precompiled import package_name, weights_digest
 
     model, other = build_tiny("llama", 16, 1), build_tiny("llama", 16, 2)
     assert weights_digest(model) == weights_digest(build_tiny("llama", 16, 1)) != weights_digest(other)

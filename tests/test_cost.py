@@ -1,4 +1,4 @@
-"""The cost model (ladref.cost): validation, interpolation, measuring real steps, the session cache.
+"""The cost model (ladref.fast.cost): validation, interpolation, measuring real steps, the session cache.
 
 No timing is asserted (timed tests are flaky on a shared machine): the measured values are only
 checked to be positive and finite; what the curve looks like is a benchmark's business.
@@ -12,9 +12,9 @@ import pytest
 import torch
 from strategies import build_tiny, tiny_model
 
-from ladref.cost import CPU_WIDTHS, CostCache, CostModel, default_widths
+from ladref.fast.cost import CPU_WIDTHS, CostCache, CostModel, default_widths
 from ladref.runner import ModelRunner
-from ladref.static import StaticRunner
+from ladref.fast.static import StaticRunner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

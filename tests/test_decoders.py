@@ -19,7 +19,7 @@ from strategies import (
 
 from ladref import LookaheadConfig, greedy_decode, jacobi_decode, lookahead_decode
 from ladref.call import TokenSink
-from ladref.jacobi import converged_prefix, next_guess
+from ladref.sources.jacobi import converged_prefix, next_guess
 from ladref.runner import ModelRunner
 
 

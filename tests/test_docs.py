@@ -224,7 +224,7 @@ def test_mkdocs_build_strict(tmp_path, executed_tutorials):
     assert "lookahead_decode" in api and "compression" in api  # rendered from the docstrings
     assignments = (site / "assignments" / "index.html").read_text()
     assert "make_student.py" in assignments  # snippet included
-    assert '<code class="nowrap">ladref/ngram_pool.py</code>' in assignments  # file names kept whole
+    assert '<code class="nowrap">ladref/sources/ngram_pool.py</code>' in assignments  # file names kept whole
     assert all(f"Task {t}" in assignments for t in ("1.1", "1.2", "1.3", "1.4", "1.5"))  # every handout
     assert "<!-- course-kit" not in assignments
     first = re.search(r'id="(ladref\.[\w.]+)"', api).group(1)

@@ -162,11 +162,11 @@ def test_fallback_results_when_the_grader_cannot_finish(tmp_path, archive):
 
 
 def submit(submission: Path, package: Path) -> None:
-    """Copy the task files of `package` (a ladref/ folder) into submission/ladref/."""
+    """Copy the task files of `package` (a ladref/ folder) into submission/ladref/, at their paths."""
     for task in tasks_mod.TASKS:
-        name = Path(task.module).name
-        (submission / "ladref").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(package / name, submission / "ladref" / name)
+        inside = Path(task.module).relative_to("ladref")  # masks.py, sources/ngram_pool.py, ...
+        (submission / "ladref" / inside).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(package / inside, submission / "ladref" / inside)
 
 
 @pytest.mark.slow

@@ -95,7 +95,7 @@ def stubs() -> str:
 
 
 def submit(folder: Path, text: str) -> Path:
-    (folder / "ladref").mkdir(parents=True)
+    (folder / TASK.module).parent.mkdir(parents=True)
     (folder / TASK.module).write_text(text)
     return folder
 
@@ -185,7 +185,7 @@ def test_an_import_that_hangs_scores_zero_with_the_reason_in_time(tmp_path, prep
 def test_a_submission_without_the_task_file_scores_zero_with_the_reason(tmp_path, prepared):
     (tmp_path / "empty").mkdir()
     grade = graded(tmp_path / "empty", prepared)
-    assert grade.score == 0 and "has no ladref/ngram_pool.py" in grade.tasks[0].error
+    assert grade.score == 0 and "has no ladref/sources/ngram_pool.py" in grade.tasks[0].error
 
 
 def test_a_submission_looping_in_every_task_ends_within_its_limits(tmp_path):

@@ -1,7 +1,8 @@
 """The package's shape: a core a student reads, a bench package a student runs.
 
-The core (``ladref/*.py``) never imports ``ladref.bench``, its modules import each other without
-a cycle, and only ``ladref/runner.py`` reaches past transformers' public namespaces.
+The library (``ladref/*.py``, the draft sources in ``ladref/sources/``, the fast paths in
+``ladref/fast/``) never imports ``ladref.bench``, its modules import each other without a cycle,
+and only ``ladref/runner.py`` reaches past transformers' public namespaces.
 """
 
 from __future__ import annotations
@@ -15,13 +16,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = sorted(p for p in (ROOT / "ladref").glob("*.py") if p.stem != "__main__")  # __main__ only forwards to the CLI
+ROOMS = {"": "the core and its plumbing", "sources": "where drafts come from", "fast": "cost, policy and compiled paths"}
+# every library module (__main__ only forwards to the CLI)
+CORE = sorted(p for room in ROOMS for p in (ROOT / "ladref" / room).glob("*.py") if p.stem != "__main__")
+
+
+def dotted(path: Path) -> str:
+    """ladref/sources/jacobi.py -> ladref.sources.jacobi (a package's __init__: the package)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 PUBLIC_TRANSFORMERS = {"transformers", "transformers.generation"}
 
 
 def imports(path: Path) -> set[str]:
     """Absolute names of the modules `path` imports (anywhere in the file, relative ones resolved)."""
-    package = "ladref" if path.parent.name == "ladref" else f"ladref.{path.parent.name}"
+    package = ".".join(path.relative_to(ROOT).parent.parts)
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -35,7 +44,7 @@ def imports(path: Path) -> set[str]:
 
 
 def test_importing_the_core_loads_no_bench_module():
-    code = ("import sys, ladref; " + "; ".join(f"import ladref.{p.stem}" for p in CORE if p.stem != "__init__")
+    code = ("import sys, ladref; " + "; ".join(f"import {dotted(p)}" for p in CORE)
             + "; print(sorted(m for m in sys.modules if m.startswith('ladref.bench')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"
@@ -46,15 +55,21 @@ def test_no_core_module_imports_bench_even_lazily():
     assert not {k: v for k, v in offenders.items() if v}
 
 
+def test_nothing_at_the_top_imports_the_fast_paths():
+    """The core and its plumbing read without `ladref.fast` (the package's __init__ only re-exports)."""
+    top = [p for p in CORE if p.parent.name == "ladref" and p.stem != "__init__"]
+    offenders = {p.name: sorted(n for n in imports(p) if n.startswith("ladref.fast")) for p in top}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
 def test_core_import_graph_has_no_cycle():
-    stems = {p.stem for p in CORE}
-    graph = {p.stem: {n.split(".")[1] for n in imports(p) if n.startswith("ladref.") and n.split(".")[1] in stems} - {p.stem}
-             for p in CORE if p.stem != "__init__"}
+    names = {dotted(p) for p in CORE if p.stem != "__init__"}
+    graph = {dotted(p): {n for n in imports(p) if n in names} - {dotted(p)} for p in CORE if p.stem != "__init__"}
     visiting, done = set(), set()
 
     def visit(node: str, path: tuple[str, ...]) -> None:
         assert node not in visiting, f"import cycle: {' -> '.join(path + (node,))}"
-        if node in done or node == "__init__":
+        if node in done:
             return
         visiting.add(node)
         for child in graph.get(node, ()):
@@ -70,7 +85,20 @@ def test_only_the_runner_touches_transformers_internals():
     for path in CORE:
         used = {n for n in imports(path) if n == "transformers" or n.startswith("transformers.")}
         private = {n for n in used if n not in PUBLIC_TRANSFORMERS and n.rsplit(".", 1)[0] not in PUBLIC_TRANSFORMERS}
-        assert path.stem == "runner" or not private, f"{path.name} imports {sorted(private)}"
+        assert dotted(path) == "ladref.runner" or not private, f"{path.name} imports {sorted(private)}"
+
+
+def test_the_rooms_hold_what_their_docstrings_say():
+    """`ls ladref/` shows the rooms: each subpackage's docstring names every module in it, and the
+    package's reading map names every module of the library."""
+    import ladref
+
+    for room in ("sources", "fast"):
+        doc = (ROOT / "ladref" / room / "__init__.py").read_text()
+        for path in (ROOT / "ladref" / room).glob("*.py"):
+            assert path.stem == "__init__" or f"`{path.stem}`" in doc, f"ladref/{room}/__init__.py leaves out {path.stem}"
+    for path in CORE:
+        assert path.stem in ("__init__", "__main__") or f"`{dotted(path)}`" in ladref.__doc__, f"the reading map leaves out {dotted(path)}"
 
 
 @pytest.mark.slow

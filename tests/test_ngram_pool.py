@@ -5,7 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ladref.ngram_pool import NGramPool
+from ladref.sources.ngram_pool import NGramPool
 
 pytestmark = pytest.mark.task1_2
 

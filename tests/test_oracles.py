@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ladref import DraftTree
 from ladref.masks import StepLayout
-from ladref.ngram_pool import NGramPool
+from ladref.sources.ngram_pool import NGramPool
 from ladref.verify import verify_greedy
 
 paths = st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=4), max_size=6)

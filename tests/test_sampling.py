@@ -251,14 +251,14 @@ def _sampled_adaptively(static: bool, chooser_factory, draws: int, k: int = 2) -
     A flat cost curve makes the policy feed every proposed node. ``static``: through a
     `StaticRunner` of a few widths, the runner `ladref.CompiledAdaptiveDecoder` compiles (here
     not compiled: the same padded steps), one runner for all draws as there."""
-    from ladref.adaptive import PolicyChoice
+    from ladref.fast.adaptive import PolicyChoice
     from ladref.call import TokenSink
-    from ladref.cost import CostModel
-    from ladref.policy import DraftPolicy
+    from ladref.fast.cost import CostModel
+    from ladref.fast.policy import DraftPolicy
     from ladref.step import run_drafting
     from ladref.results import DecodeStats
     from ladref.runner import ModelRunner
-    from ladref.static import StaticRunner
+    from ladref.fast.static import StaticRunner
 
     model, (prompt, lookup), samples, accepted = peaky_model(), DRAFT_SOURCES["prompt_lookup"], [], 0
     proposers = [lookup(), DRAFT_SOURCES["recycling"][1]()]

@@ -13,7 +13,7 @@
 #
 # Jacobi iterations rarely put a right token at the right position, but they do produce
 # plausible **n-grams**: short runs of tokens, each predicted by the model from the ones before
-# it. Lookahead decoding keeps them in a pool (`ladref.ngram_pool.NGramPool`) keyed by their
+# it. Lookahead decoding keeps them in a pool (`ladref.sources.ngram_pool.NGramPool`) keyed by their
 # first token, and later proposes them as candidates whenever the current token matches a key.
 
 # %%
@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 import torch
 
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, chat_ids, load_default_model, lookahead_decode
-from ladref.ngram_pool import NGramPool
+from ladref.sources.ngram_pool import NGramPool
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 from ladref.step import draft_step

@@ -45,7 +45,7 @@ from ladref import CompiledDecoder, DraftTree, LookaheadConfig, greedy_decode, l
 from ladref.masks import build_step_inputs, render
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
-from ladref.static import StaticRunner
+from ladref.fast.static import StaticRunner
 
 torch.manual_seed(0)
 config = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -101,7 +101,7 @@ print("graphs compiled for 6 calls of one shape:", counters["stats"]["unique_gra
 # %% [markdown]
 # ## 3. The constant-shape step
 #
-# Two changes make every step the same shape, both in the runner (`ladref.static.StaticRunner`),
+# Two changes make every step the same shape, both in the runner (`ladref.fast.static.StaticRunner`),
 # so the step itself stays the one `lookahead_decode` runs:
 #
 # * **One width always.** The runner pads every step to a fixed width: dummy tokens are

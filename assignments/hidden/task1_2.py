@@ -10,7 +10,7 @@ import random
 import torch
 from probing import Group
 
-from ladref.ngram_pool import NGramPool
+from ladref.sources.ngram_pool import NGramPool
 
 VOCAB = 5  # few tokens, so that keys collide, continuations repeat and capacities fill up
 

@@ -7,7 +7,7 @@ from ladref.bench.agreement import first_divergence
 from ladref.bench.datasets import DATASET_ALIASES, canonical_dataset, encode_prompts, load_prompts
 from ladref.masks import build_step_inputs
 from ladref.models import default_gguf_path, load_default_model
-from ladref.ngram_pool import NGramPool
+from ladref.sources.ngram_pool import NGramPool
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 from ladref.verify import Verdict

@@ -7,7 +7,7 @@ does not; each can be switched on here, so that every systematic difference is m
   drawn at random (``random.seed(10)``, ``random.choice(prompt)``) behind the current token, and
   grows the window one Jacobi row per step while trimming its first column (the "fill" steps),
   until it is (N-1, W); ladref starts from a full (N-1, W) window of the prompt's last tokens
-  (`ladref.lookahead.LookaheadWindow`). In ladref's terms a fill step is an ordinary step on a
+  (`ladref.sources.lookahead.LookaheadWindow`). In ladref's terms a fill step is an ordinary step on a
   (rows, width) window whose next window is ``[window; new_row][:, 1:]`` (`LadeWindow`);
   `ladref.masks.build_step_inputs` takes any such shape.
 * **N-1 on a full match** (`LadeChoices.cap_full_match`): LADE's verification loop stops one short

@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--autotune", action="store_true", help="add the auto-tuned (W, N, G), tuned on prompts outside the benchmarked ones")
     add("--agreement", action="store_true", help="compare outputs (greedy vs generate, jacobi / lookahead vs greedy) instead")
     add("--scaling", action="store_true", help="run the scaling-law sweep (W in 1..16, N in 3,5,7, G=W) instead")
-    add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.cost)")
+    add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.fast.cost)")
     add_cost_arguments(parser)
     add("--context-length", action="store_true", help="S, speedup and time per step of lookahead decoding "
         "(each --config) against prompt length instead (ladref.bench.context)")

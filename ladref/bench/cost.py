@@ -2,7 +2,7 @@
 
     python -m ladref bench --cost --threads 2 --kv-lengths 128,512,1024 --figure docs/img/cost_curve_cpu.png
 
-The measuring and the model live in the core (`ladref.cost`); this module parses, prints and draws.
+The measuring and the model live in the core (`ladref.fast.cost`); this module parses, prints and draws.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
+from ..fast.cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import torch
 
-from ..adaptive import AdaptiveDecoder
 from ..config import LookaheadConfig
-from ..cost import CostCache, CostModel
+from ..fast.adaptive import AdaptiveDecoder
+from ..fast.cost import CostCache, CostModel
+from ..fast.policy import DraftPolicy
 from ..greedy import greedy_decode
-from ..lookahead import lookahead_decode
 from ..models import chat_ids, load_default_model
-from ..policy import DraftPolicy
 from ..results import DecodeResult
+from ..sources.lookahead import lookahead_decode
 from .flops import ModelShape, decode_flops
 
 DEFAULT_PROMPT = "Write a Python class for a stack with push, pop and peek methods."

@@ -172,7 +172,7 @@ def hf_prompt_lookup_decode(
         max_new_tokens: most tokens to generate.
         prompt_lookup_num_tokens: k, most drafted tokens per step (transformers' own name).
         max_matching_ngram_size: longest n-gram of the text's tail looked up in the prompt.
-        **options: as `generate_decode`'s.
+        **options: as `generate_decode`'s (`ladref.options.GreedyOptions`, attention backend "torch").
 
     Returns:
         `DecodeResult` with method "hf_plookup"; steps are generate's forward calls (see module doc).

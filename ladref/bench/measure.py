@@ -36,7 +36,7 @@ class BenchSettings:
         attention_backend: SDPA kernel choice of ladref's decoders (`ladref.kernels.sdpa_backends`).
         compile_mode: `CompiledDecoder` mode of the compiled rows ("auto": CUDA graphs on CUDA,
             frozen max-autotune Inductor on a CPU).
-        compile_dir: a folder of AOTInductor packages for the compiled rows (`ladref.precompiled`):
+        compile_dir: a folder of AOTInductor packages for the compiled rows (`ladref.fast.precompiled`):
             built there by the first run, loaded by later ones; None: `torch.compile` every run.
     """
 

@@ -32,17 +32,17 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptive import adaptive_decode, default_proposers
-from ..compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from ..config import LookaheadConfig
 from ..decode import draft_decode
+from ..fast.adaptive import adaptive_decode, default_proposers
+from ..fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
+from ..fast.static import DEFAULT_WIDTHS
 from ..greedy import greedy_decode
-from ..jacobi import jacobi_decode
-from ..lookahead import lookahead_decode
-from ..prompt_lookup import prompt_lookup_decode
-from ..recycling import RecyclingProposer, recycling_decode
 from ..results import DecodeResult
-from ..static import DEFAULT_WIDTHS
+from ..sources.jacobi import jacobi_decode
+from ..sources.lookahead import lookahead_decode
+from ..sources.prompt_lookup import prompt_lookup_decode
+from ..sources.recycling import RecyclingProposer, recycling_decode
 from .hf import generate_decode, hf_prompt_lookup_decode
 
 METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from ..timing import processor
+from ..fast.timing import processor
 
 
 def default_out() -> Path:

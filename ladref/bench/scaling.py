@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..config import LookaheadConfig
-from ..lookahead import lookahead_decode
+from ..sources.lookahead import lookahead_decode
 
 DEFAULT_WINDOWS = (1, 2, 4, 8, 16)
 DEFAULT_NGRAMS = (3, 5, 7)

@@ -1,4 +1,4 @@
-"""Timing real decoding steps: what `ladref.cost.CostModel.measure` runs, and what a measurement depends on.
+"""Timing real decoding steps: what `ladref.fast.cost.CostModel.measure` runs, and what a measurement depends on.
 
 `measure_steps` times one forward pass of each width q at each KV length through a runner, as
 decoding pays it; `describe` names what such a timing depends on (model, device, dtype, threads,
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .results import DecodeStats
-from .runner import Runner
+from ..results import DecodeStats
+from ..runner import Runner
 
 Progress = Callable[[int, int], None]  # (passes done, passes in all)
 

@@ -3,7 +3,7 @@
 Inductor's on-disk caches do not keep a frozen max-autotune step on a CPU: its weights are packed
 into oneDNN tensors, which Inductor does not cache (docs/compiled.md), so with `torch.compile`
 every process compiles every width again, about a minute each for SmolLM2-135M. With a
-``compile_dir``, a `ladref.static.StaticRunner` instead exports each width's step
+``compile_dir``, a `ladref.fast.static.StaticRunner` instead exports each width's step
 (`torch.export`) and compiles it ahead of time into an AOTInductor package, a file, once; a
 runner in any later process with the same model, cache length, width and settings loads it in
 seconds. The package holds the (frozen) weights, not the KV cache: its cache buffers are bound,
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 import transformers
 
-from .kernels import attention_scope
-from .runner import static_cache_buffers
+from ..kernels import attention_scope
+from ..runner import static_cache_buffers
 
 # Inductor settings of each compile mode a package can be built with
 PACKAGE_CONFIGS = {"max-autotune": {"freezing": True, "max_autotune": True}, "default": {}}

@@ -20,7 +20,7 @@ range of its measurements.
 Measuring once per model, device, dtype, thread count, runner and processor is the job of
 `CostCache`, a JSON file of measured curves (no module-level state): `adaptive_decode` keeps its
 curves in the user's cache folder (`default_cache_path`), so only the first call on a machine
-measures. The timing itself is `ladref.timing`. docs/cost_model.md shows the curve of a CPU.
+measures. The timing itself is `ladref.fast.timing`. docs/cost_model.md shows the curve of a CPU.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import torch
 
-from .config import check_int
-from .runner import ModelRunner, Runner
+from ..config import check_int
+from ..runner import ModelRunner, Runner
 from .timing import Progress, describe, measure_steps, processor
 
 CPU_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -240,7 +240,7 @@ def read_cache_file(path: Path) -> dict[str, CostModel]:
 class CostCache:
     """Measured cost models, keyed by what a measurement depends on, optionally kept in a JSON file.
 
-    The key is `ladref.timing.describe` (model, parameters, device, dtype, threads, runner), the
+    The key is `ladref.fast.timing.describe` (model, parameters, device, dtype, threads, runner), the
     processor and the widths and KV lengths measured. Given a `path`, the cache starts from that
     file and writes every new measurement back to it (atomically, merged with what another
     process may have added meanwhile), so a later call or process measures nothing; the file
@@ -283,7 +283,7 @@ class CostCache:
         if cache is None:
             return cls.default()
         if not isinstance(cache, CostCache):
-            raise TypeError(f"cache must be a ladref.cost.CostCache, got {type(cache).__name__}")
+            raise TypeError(f"cache must be a ladref.fast.cost.CostCache, got {type(cache).__name__}")
         return cache
 
     def __len__(self) -> int:

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from .config import check_int
-from .decode import decode_with_proposers
-from .options import DecodeOptions, accept
-from .proposer import DraftSource, StepOutcome
-from .results import DecodeResult
-from .runner import Runner
-from .tree import DraftTree
-from .types import TokenIds
+from ..config import check_int
+from ..decode import decode_with_proposers
+from ..options import DecodeOptions, accept
+from ..proposer import DraftSource, StepOutcome
+from ..results import DecodeResult
+from ..runner import Runner
+from ..tree import DraftTree
+from ..types import TokenIds
 
 
 def jacobi_iteration(runner: Runner, current: int, guess: torch.Tensor) -> torch.Tensor:

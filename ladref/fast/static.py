@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .config import check_int
-from .kernels import attention_scope
-from .masks import static_additive
-from .precompiled import check_compile_dir, packaged_step, weights_digest
-from .results import DecodeStats
-from .runner import (Runner, gather_static_slots, guard_static_cache, new_static_cache, set_static_length,
+from ..config import check_int
+from ..kernels import attention_scope
+from ..masks import static_additive
+from ..results import DecodeStats
+from ..runner import (Runner, gather_static_slots, guard_static_cache, new_static_cache, set_static_length,
                      static_cache_ready, static_forward)
+from .precompiled import check_compile_dir, packaged_step, weights_digest
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 # torch.compile modes the runner knows; None runs the same padded steps without compiling
@@ -128,7 +128,7 @@ class StaticRunner(Runner):
         step_width: shorthand for ``widths=(step_width,)``: every step padded to one width.
         widths: the width buckets, increasing; a step of q tokens runs at the smallest width >= q.
             None (and no `step_width`): `DEFAULT_WIDTHS` when compiled, else each step as it comes.
-        compile_dir: a folder of AOTInductor packages (`ladref.precompiled`): each width's step is
+        compile_dir: a folder of AOTInductor packages (`ladref.fast.precompiled`): each width's step is
             compiled ahead of time into a file there once and loaded, in seconds, by every later
             runner of the same model and settings, in any process ("max-autotune" or "default").
 

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from .config import check_int
-from .decode import decode_with_proposers
-from .options import DecodeOptions, accept
-from .proposer import DraftSource, StepOutcome
-from .results import DecodeResult
-from .tree import DraftTree
-from .types import TokenIds
+from ..config import check_int
+from ..decode import decode_with_proposers
+from ..options import DecodeOptions, accept
+from ..proposer import DraftSource, StepOutcome
+from ..results import DecodeResult
+from ..tree import DraftTree
+from ..types import TokenIds
 
 
 class PromptLookupProposer(DraftSource):
@@ -28,7 +28,7 @@ class PromptLookupProposer(DraftSource):
 
     Attributes:
         evidence: the length of the suffix the last proposal matched (0: none); adaptive
-            decoding learns acceptance apart per length (`ladref.policy.DraftPolicy`).
+            decoding learns acceptance apart per length (`ladref.fast.policy.DraftPolicy`).
 
     Args:
         draft_len: most tokens copied after a match (the depth of each draft).

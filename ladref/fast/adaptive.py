@@ -1,10 +1,10 @@
 """Adaptive decoding: every step feeds only the drafts this machine can afford.
 
 The same loop as every other tree decoder (`ladref.step.run_drafting`), with its hook taken by
-`PolicyChoice`: before the forward pass, `ladref.policy.DraftPolicy` picks which proposed draft nodes to verify
+`PolicyChoice`: before the forward pass, `ladref.fast.policy.DraftPolicy` picks which proposed draft nodes to verify
 (from none, a plain greedy step, to all of them) and whether to feed the lookahead window, to
 maximise expected tokens per second under the cost curve measured on this machine
-(`ladref.cost.CostModel`) and the acceptance it has learned so far, per source and depth.
+(`ladref.fast.cost.CostModel`) and the acceptance it has learned so far, per source and depth.
 Greedy output is unchanged: drafts only decide how many tokens a step may accept.
 """
 
@@ -15,21 +15,21 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from .call import DecodeCall
-from .config import LookaheadConfig
+from ..call import DecodeCall
+from ..config import LookaheadConfig
+from ..options import CallOptions, DecodeOptions, accept
+from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
+from ..results import DecodeResult
+from ..runner import ModelFacts, Runner
+from ..sampling import chooser_for
+from ..sources.lookahead import LookaheadProposer
+from ..sources.prompt_lookup import PromptLookupProposer
+from ..sources.recycling import RecyclingProposer
+from ..step import run_drafting
+from ..tree import DraftTree
+from ..types import TokenIds
 from .cost import DEFAULT_KV_LENGTHS, CostCache, CostModel, default_widths
-from .lookahead import LookaheadProposer
 from .policy import DraftPolicy, PolicySettings
-from .prompt_lookup import PromptLookupProposer
-from .options import CallOptions, DecodeOptions, accept
-from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
-from .recycling import RecyclingProposer
-from .results import DecodeResult
-from .runner import ModelFacts, Runner
-from .sampling import chooser_for
-from .step import run_drafting
-from .tree import DraftTree
-from .types import TokenIds
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
 
@@ -156,9 +156,9 @@ def adaptive_decode(
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
         max_new_tokens: most tokens to generate.
         cost: the step-cost curve of this machine; default: from `cache`.
-        cache: the `ladref.cost.CostCache` to take the curve from, measured there once per model,
+        cache: the `ladref.fast.cost.CostCache` to take the curve from, measured there once per model,
             runner and machine. Default `CostCache.default()`, a file in the user's cache folder
-            (`ladref.cost.default_cache_path`): the first call on a machine measures the curve
+            (`ladref.fast.cost.default_cache_path`): the first call on a machine measures the curve
             (17-30 s for SmolLM2-135M on 2 idle CPU cores), every later call and process reads it.
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).

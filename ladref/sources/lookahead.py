@@ -22,15 +22,15 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from .compat import reject_old_call_shape
-from .config import LookaheadConfig, check_int
-from .decode import decode_with_proposers
-from .options import DecodeOptions, accept
+from ..compat import reject_old_call_shape
+from ..config import LookaheadConfig, check_int
+from ..decode import decode_with_proposers
+from ..options import DecodeOptions, accept
+from ..proposer import DraftSource, StepOutcome
+from ..results import DecodeResult
+from ..tree import DraftTree
+from ..types import TokenIds
 from .ngram_pool import NGramPool
-from .proposer import DraftSource, StepOutcome
-from .results import DecodeResult
-from .tree import DraftTree
-from .types import TokenIds
 
 
 class LookaheadWindow:

@@ -10,7 +10,7 @@ A draft pays only if what it adds to a step's expected tokens beats what it adds
   verification that costs no forward pass). A node's value, the probability that it will be
   accepted, is the product of those rates along its path (siblings from different sources
   scaled to add up to at most their parent's: only one can be right);
-* cost: t(q) at the current KV length, from a `ladref.cost.CostModel` measured on this machine
+* cost: t(q) at the current KV length, from a `ladref.fast.cost.CostModel` measured on this machine
   with bare forward passes (a prior), optionally corrected by the time each step of this call
   actually took, its host work included (`timed`: the evidence).
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..tree import DraftTree
 from .cost import CostModel
-from .tree import DraftTree
 
 Key = tuple[str, int, int, int]  # (source, evidence, depth, sibling rank)
 
@@ -151,7 +151,7 @@ class DraftPolicy:
     """Chooses each step's drafts and window from learned acceptance and measured cost.
 
     Args:
-        cost: t(q, kv) of this machine (`ladref.cost.CostModel`).
+        cost: t(q, kv) of this machine (`ladref.fast.cost.CostModel`).
         widths: the step widths a compiled runner can take without recompiling (a step is padded
             to the next one); None: any width up to the cost model's largest.
         settings: its priors and running averages (`PolicySettings`).

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import torch
 from typing_extensions import Unpack
 
-from .config import check_int
-from .decode import decode_with_proposers
-from .options import DecodeOptions, accept
-from .proposer import DraftSource, StepOutcome
-from .results import DecodeResult
-from .runner import ModelFacts
-from .tree import DraftTree
-from .types import TokenIds
+from ..config import check_int
+from ..decode import decode_with_proposers
+from ..options import DecodeOptions, accept
+from ..proposer import DraftSource, StepOutcome
+from ..results import DecodeResult
+from ..runner import ModelFacts
+from ..tree import DraftTree
+from ..types import TokenIds
 
 
 @dataclass(frozen=True)

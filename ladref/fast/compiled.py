@@ -6,8 +6,8 @@ them as one. A graph has fixed shapes, and lookahead steps change shape twice ov
 tree's size varies and the KV cache grows. `CompiledDecoder` removes both:
 
 * every step feeds the same (N-1)(W+G) tokens: the window and the tree, padded with dummies
-  that nothing sees (`ladref.static.pad_step`), so ids, positions and mask keep one shape;
-* the KV cache is preallocated (`ladref.static.StaticRunner`): a step writes its tokens into the
+  that nothing sees (`ladref.fast.static.pad_step`), so ids, positions and mask keep one shape;
+* the KV cache is preallocated (`ladref.fast.static.StaticRunner`): a step writes its tokens into the
   next slots and attends over the whole cache with the unused slots masked; the accepted branch
   is committed in place (a constant-size gather, a length counter), not by concatenation.
 
@@ -30,19 +30,19 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
+from ..call import DecodeCall, prompt_ids
+from ..config import LookaheadConfig, check_int
+from ..greedy import run_greedy
+from ..options import CallOptions, OutputOptions, accept
+from ..results import DecodeResult
+from ..runner import check_model
+from ..sources.lookahead import LookaheadProposer
+from ..step import run_drafting
+from ..types import TokenIds
 from .adaptive import AdaptiveDecoder
-from .call import DecodeCall, prompt_ids
-from .config import LookaheadConfig, check_int
 from .cost import CostCache
-from .greedy import run_greedy
-from .lookahead import LookaheadProposer
-from .options import CallOptions, OutputOptions, accept
-from .results import DecodeResult
-from .runner import check_model
 from .static import DEFAULT_WIDTHS, StaticRunner, check_mode, check_widths
 from .static import MODES as RUNNER_MODES
-from .step import run_drafting
-from .types import TokenIds
 
 MODES = ("auto", *RUNNER_MODES)
 
@@ -66,12 +66,12 @@ class CompiledDecoder:
         max_length: M, positions of the static cache: prompt + max_new_tokens + one step's width
             must fit in every call.
         mode: "auto" ("reduce-overhead" on CUDA, "max-autotune" elsewhere), or a
-            `ladref.static.StaticRunner` compile mode: "reduce-overhead" (CUDA graphs, CUDA only),
+            `ladref.fast.static.StaticRunner` compile mode: "reduce-overhead" (CUDA graphs, CUDA only),
             "max-autotune" (frozen weights, Inductor's max-autotune GEMM templates) or "default";
             None runs the constant-shape path without compiling.
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
         compile_dir: a folder where the compiled step is kept as an AOTInductor package, loaded by
-            later decoders instead of compiling again (`ladref.static.StaticRunner`).
+            later decoders instead of compiling again (`ladref.fast.static.StaticRunner`).
 
     Attributes:
         capture_s: seconds the one-time compilation and capture took (`warmup`), None before it.
@@ -173,7 +173,7 @@ class CompiledAdaptiveDecoder:
 
     A compiled step attends over every slot of its static cache, used or not. On a CPU that is
     not free: Inductor's frozen max-autotune step of SmolLM2-135M (float32, 2 threads) took 39 ms
-    for 8 tokens over 512 slots and 54 ms over 1,536. One `ladref.static.StaticRunner` per length
+    for 8 tokens over 512 slots and 54 ms over 1,536. One `ladref.fast.static.StaticRunner` per length
     (each with the same widths, each compiled once, each with its own measured cost curve) keeps a
     short prompt's steps as cheap as its cache allows.
 
@@ -181,14 +181,14 @@ class CompiledAdaptiveDecoder:
         model: a decoder-only transformers model (eager or SDPA attention, full-attention cache).
         max_lengths: M of each static cache (an int: one); a call needs
             prompt + max_new_tokens + the widest step <= M of some cache.
-        widths: the step widths every runner compiles (`ladref.static.StaticRunner`).
+        widths: the step widths every runner compiles (`ladref.fast.static.StaticRunner`).
         mode: compile mode as `CompiledDecoder`'s ("auto": CUDA graphs on CUDA, frozen
             max-autotune Inductor elsewhere; None: the same padded steps, not compiled).
-        cache: where the runners' cost curves are kept (`ladref.cost.CostCache`); default
+        cache: where the runners' cost curves are kept (`ladref.fast.cost.CostCache`); default
             `CostCache.default()`, the user's cache file (measured once per runner and machine).
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
         compile_dir: a folder where every runner keeps its compiled steps as AOTInductor packages,
-            loaded by later decoders instead of compiling again (`ladref.static.StaticRunner`).
+            loaded by later decoders instead of compiling again (`ladref.fast.static.StaticRunner`).
 
     Attributes:
         decoders: one `AdaptiveDecoder` per length, shortest first (after `warmup`).

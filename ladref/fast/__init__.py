@@ -1,0 +1,12 @@
+"""The fast paths: drafting only what a machine affords, and steps of constant shape.
+
+* `timing` times real decoding steps; `cost` keeps the step-cost curve t(q, kv) they give (and a
+  cache of curves per machine);
+* `policy` chooses each step's drafts and window from learned acceptance and that cost;
+  `adaptive` is the drafting loop with that choice (`adaptive_decode`);
+* `static` runs steps over a static KV cache at a few padded widths; `compiled` compiles them
+  (`CompiledDecoder`, `CompiledAdaptiveDecoder`); `precompiled` keeps them as AOTInductor
+  packages on disk.
+
+Nothing in the core imports this package: it is read after the method itself.
+"""

@@ -1,0 +1,11 @@
+"""Where drafts come from: each module here is one draft source, a `ladref.Proposer`.
+
+* `lookahead`: the paper's 2-D window of Jacobi iterations (W x N-1) and its n-gram harvest;
+  `ngram_pool`, the pool the harvest goes into, keyed by first token (G candidates per step);
+* `jacobi`: Jacobi decoding's own chain of m guesses, the method lookahead starts from;
+* `prompt_lookup`: continuations copied from earlier in the text;
+* `recycling`: Token Recycling, a static tree filled from the model's own past top-k predictions.
+
+Each module also holds its decoder (``lookahead_decode``, ...): the shared loop
+(`ladref.decode.draft_decode`) with that proposer. A new draft source is one more file here.
+"""
