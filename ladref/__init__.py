@@ -26,7 +26,8 @@ Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast
    `ladref.fast.static`, `ladref.fast.compiled` and `ladref.fast.precompiled` (constant shapes
    over a static cache, compiled once);
 8. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
-   internals), `ladref.call` (input checks, stopping rules), `ladref.options` (the keywords every
+   internals), `ladref.call` (input checks, stopping rules), `ladref.batch` (a batch of prompts:
+   every row the batch-1 loop, one forward pass for all), `ladref.options` (the keywords every
    decoder shares), `ladref.kernels` (the attention-kernel choice), `ladref.types`,
    `ladref.models` (the embedded model), `ladref.compat` (clear errors for earlier call shapes).
 
@@ -44,7 +45,7 @@ from .greedy import greedy_decode
 from .models import chat_ids, default_device, load_default_model
 from .options import DecodeOptions
 from .proposer import DraftSource, Proposer, StepOutcome
-from .results import DecodeResult, DecodeStats
+from .results import BatchResult, DecodeResult, DecodeStats
 from .sampling import sample_decode
 from .sources.jacobi import JacobiProposer, jacobi_decode
 from .sources.lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
@@ -55,6 +56,7 @@ from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 __all__ = [
     "AdaptiveDecoder",
+    "BatchResult",
     "CompiledAdaptiveDecoder",
     "CompiledDecoder",
     "CostCache",

@@ -11,14 +11,16 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
+from .batch import copy_for_row, decode_rows
 from .call import DecodeCall
 from .config import check_int
 from .options import DecodeOptions, accept
 from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
-from .results import DecodeResult
+from .results import BatchResult, DecodeResult
+from .runner import Runner
 from .sampling import chooser_for
 from .step import DraftBudget, run_drafting
-from .types import TokenIds
+from .types import Budget, Prompts, TokenIds
 
 
 @torch.inference_mode()
@@ -31,8 +33,9 @@ def decode_with_proposers(
     extent: int,
     options: DecodeOptions,
     draft_budget: int | None = None,
-) -> DecodeResult:
-    """Check the arguments, then run `ladref.step.run_drafting` in one `DecodeCall`.
+) -> DecodeResult | BatchResult:
+    """Check the arguments, then run `ladref.step.run_drafting` in one `DecodeCall` per prompt
+    (a batch's rows run together: `ladref.batch`; each row drafts with its own copy of the proposers).
 
     Args:
         proposers: the draft sources.
@@ -47,22 +50,28 @@ def decode_with_proposers(
     proposers = check_proposers(proposers)
     if draft_budget is not None:
         check_int("draft_budget", draft_budget, 1)
-    chooser = chooser_for(options)
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, step_needs(proposers, extent).reach, options)
-    run_drafting(call.runner, call.prompt, proposers, call.sink, call.stats, chooser, call.position_limit, DraftBudget(draft_budget))
-    return call.finish(method)
+    reach = step_needs(proposers, extent).reach
+
+    def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
+        chooser = chooser_for(options)
+        call = DecodeCall.begin(model, prompt, new_tokens, reach, options, runner)
+        run_drafting(call.runner, call.prompt, copy_for_row(proposers, runner), call.sink, call.stats, chooser,
+                     call.position_limit, DraftBudget(draft_budget))
+        return call.finish(method)
+
+    return decode_rows(model, input_ids, max_new_tokens, options, one)
 
 
 def draft_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     *,
     proposers: Proposer | Sequence[Proposer],
     draft_budget: int | None = None,
     max_depth: int = MAX_DRAFT_DEPTH,
     **options: Unpack[DecodeOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Speculative decoding with your own draft sources; greedy output identical to `greedy_decode`.
 
     Each step merges every proposer's `DraftTree` into one trie, feeds it (with a proposer's
@@ -71,8 +80,8 @@ def draft_decode(
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         proposers: a `ladref.Proposer` or a sequence of them.
         draft_budget: most draft tokens fed per step (the merged tree's first nodes); None: all.
         max_depth: the deepest draft the proposers make, checked against the model's context.

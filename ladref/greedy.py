@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 from typing_extensions import Unpack
 
+from .batch import decode_rows
 from .call import DecodeCall, TokenSink
 from .options import GreedyOptions, accept
-from .results import DecodeResult, DecodeStats
+from .results import BatchResult, DecodeResult, DecodeStats
 from .runner import Runner
-from .types import TokenIds
+from .types import Budget, Prompts, TokenIds
 
 
 def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: DecodeStats) -> None:
@@ -38,22 +39,27 @@ def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: Dec
 @torch.inference_mode()
 def greedy_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     **options: Unpack[GreedyOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Decode one token per forward pass, always taking the argmax.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         **options: the shared keywords but sampling (`ladref.options.GreedyOptions`): ``eos_token_id``,
             ``tokenizer``, ``streamer``, ``attention_backend``.
 
     Returns:
-        `DecodeResult` with one step per generated token (S = 1).
+        `DecodeResult` with one step per generated token (S = 1); a `BatchResult` for a batch.
     """
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, accept("greedy_decode", options, GreedyOptions))
-    run_greedy(call.runner, call.prompt, call.sink, call.stats)
-    return call.finish("greedy")
+    accept("greedy_decode", options, GreedyOptions)
+
+    def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, options: GreedyOptions) -> DecodeResult:
+        call = DecodeCall.begin(model, prompt, new_tokens, 0, options, runner)
+        run_greedy(call.runner, call.prompt, call.sink, call.stats)
+        return call.finish("greedy")
+
+    return decode_rows(model, input_ids, max_new_tokens, options, one)

@@ -8,6 +8,7 @@ naming it (`accept`), as Python's own binding would be.
 
 | group | keywords | taken by |
 | --- | --- | --- |
+| `InputOptions` | ``attention_mask`` | every decoder that takes a batch (`ladref.batch`) |
 | `OutputOptions` | ``eos_token_id``, ``tokenizer``, ``streamer`` | every decoder and decoder call |
 | `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones |
 | `BackendOptions` | ``attention_backend`` | every function decoder (a decoder object takes it when built) |
@@ -21,6 +22,17 @@ import torch
 from typing_extensions import TypedDict
 
 from .types import EosIds, Streamer, Tokenizer
+
+
+class InputOptions(TypedDict, total=False):
+    """Which tokens of a padded batch are prompt tokens.
+
+    Attributes:
+        attention_mask: (B, L) of 1 (a token) and 0 (padding, on the left or the right of each row)
+            for a (B, L) tensor of prompts (`ladref.batch`); a list of prompts needs none.
+    """
+
+    attention_mask: torch.Tensor | None
 
 
 class OutputOptions(TypedDict, total=False):
@@ -67,8 +79,12 @@ class BackendOptions(TypedDict, total=False):
     attention_backend: str
 
 
-class GreedyOptions(OutputOptions, BackendOptions, total=False):
-    """The keywords of `greedy_decode` and the transformers baselines: `OutputOptions`, `BackendOptions`."""
+class GreedyOptions(InputOptions, OutputOptions, BackendOptions, total=False):
+    """The keywords of `greedy_decode`: `InputOptions`, `OutputOptions`, `BackendOptions`."""
+
+
+class BaselineOptions(OutputOptions, BackendOptions, total=False):
+    """The keywords of the transformers baselines (`ladref.bench.hf`): `OutputOptions`, `BackendOptions`."""
 
 
 class CallOptions(OutputOptions, SamplingOptions, total=False):
@@ -76,8 +92,8 @@ class CallOptions(OutputOptions, SamplingOptions, total=False):
     `OutputOptions`, `SamplingOptions`."""
 
 
-class DecodeOptions(OutputOptions, SamplingOptions, BackendOptions, total=False):
-    """Every shared keyword: `OutputOptions`, `SamplingOptions` and `BackendOptions`."""
+class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, BackendOptions, total=False):
+    """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions` and `BackendOptions`."""
 
 
 def accept(caller: str, options: Mapping[str, object], allowed: type) -> Mapping[str, object]:

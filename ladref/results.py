@@ -109,3 +109,46 @@ class DecodeResult:
 
     def __repr__(self) -> str:
         return f"DecodeResult({self.summary()})"
+
+
+@dataclass
+class BatchResult:
+    """Output of a decoder given a batch of prompts: one `DecodeResult` per row, in the batch's order.
+
+    It reads as the list of its rows (``len``, indexing, iteration); each row has its own tokens,
+    text and stats (its steps are the passes it took part in).
+
+    Attributes:
+        rows: the rows' results.
+        passes: the batch's forward passes (each row's step, all rows at once).
+    """
+
+    rows: list[DecodeResult]
+    passes: int
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        """Each row's generated ids."""
+        return [row.token_ids for row in self.rows]
+
+    @property
+    def texts(self) -> list[str | None]:
+        """Each row's text (None without a tokenizer)."""
+        return [row.text for row in self.rows]
+
+    @property
+    def new_tokens(self) -> int:
+        """Tokens generated over the batch."""
+        return sum(len(row.token_ids) for row in self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> DecodeResult:
+        return self.rows[index]
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __repr__(self) -> str:
+        return f"BatchResult({len(self.rows)} rows, {self.new_tokens} new tokens in {self.passes} passes)"

@@ -122,6 +122,7 @@ class Runner:
         model: a decoder-only transformers model using eager or SDPA attention (`check_model`).
         attention_backend: which SDPA kernels every forward may use (`sdpa_backends`); "auto"
             avoids kernels that plan per shape.
+        facts: the model's facts when the caller has checked it already (`check_model`).
 
     Attributes:
         facts: the model's `ModelFacts`, read once.
@@ -134,8 +135,8 @@ class Runner:
     max_length: int | None = None
     widths: tuple[int, ...] | None = None
 
-    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto") -> None:
-        self.model, self.facts = model, check_model(model)
+    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto", facts: ModelFacts | None = None) -> None:
+        self.model, self.facts = model, check_model(model) if facts is None else facts
         self.device, self.dtype, self.vocab_size = self.facts.device, self.facts.dtype, self.facts.vocab_size
         self.kernels = sdpa_backends(attention_backend, self.device, self.facts.attention)
 
@@ -287,6 +288,39 @@ class ModelRunner(Runner):
                 full = full[..., : past_len + accepted.shape[0], :]
                 full[..., past_len:, :] = kept
                 setattr(layer, name, full)
+
+
+def batch_forward(model: torch.nn.Module, cache: DynamicCache, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                  mask: torch.Tensor) -> torch.Tensor:
+    """One forward pass of a batch over a shared `DynamicCache`, appending every row's Q keys/values.
+
+    Args:
+        input_ids: (B, Q) token ids; position_ids: (B, Q) absolute positions.
+        mask: (B, 1, Q, T + Q) additive mask over the cache's T slots and the step.
+
+    Returns:
+        (B, Q, V) logits in float32 (float64 if the model is float64).
+    """
+    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
+                **{cache_arg(model) or "past_key_values": cache})
+    return out.logits if out.logits.dtype == torch.float64 else out.logits.float()
+
+
+def move_entries(cache: DynamicCache, row: int, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy one batch row's keys/values at slots `src` to slots `dst` ((k,) each), every layer."""
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            full = getattr(layer, name)  # (B, H_kv, T, D)
+            to = full.device
+            full[row].index_copy_(-2, dst.to(to), full[row].index_select(-2, src.to(to)))
+
+
+def trim_cache(cache: DynamicCache, length: int, rows: torch.Tensor | None = None) -> None:
+    """Keep the first `length` slots of every layer, and only the batch rows `rows` (None: all)."""
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            full = getattr(layer, name)[..., :length, :]
+            setattr(layer, name, full if rows is None else full.index_select(0, rows.to(full.device)))
 
 
 def new_static_cache(model: torch.nn.Module, max_length: int) -> StaticCache:

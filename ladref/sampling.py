@@ -21,10 +21,12 @@ from typing import Any, Protocol
 import torch
 from typing_extensions import Unpack
 
+from .batch import decode_rows
 from .call import DecodeCall
 from .options import DecodeOptions, accept
-from .results import DecodeResult
-from .types import TokenIds
+from .results import BatchResult, DecodeResult
+from .runner import Runner
+from .types import Budget, Prompts, TokenIds
 
 # transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -167,16 +169,16 @@ def chooser_for(options: Mapping[str, Any]) -> Chooser | None:
 @torch.inference_mode()
 def sample_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     **options: Unpack[DecodeOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Ordinary sampling, one token per forward pass: the distribution lookahead sampling must keep.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``temperature``, ``top_k``,
             ``top_p``, ``generator``, ``eos_token_id``, ``tokenizer``, ``streamer``,
             ``attention_backend``; ``do_sample`` is implied (False is refused).
@@ -187,11 +189,16 @@ def sample_decode(
     accept("sample_decode", options, DecodeOptions)
     if options.get("do_sample", True) is not True:
         raise ValueError("sample_decode always samples; for the argmax, call greedy_decode")
-    chooser = chooser_for({**options, "do_sample": True})
-    call = DecodeCall.begin(model, input_ids, max_new_tokens, 0, options)
-    current = call.runner.prefill(call.prompt, call.stats)
-    while not call.sink.done:
-        logits = call.runner.forward(torch.tensor([current]))  # (1, V)
-        current = chooser.choose((), logits[-1], ())
-        call.stats.record(call.sink.extend([current]), 1)
-    return call.finish("sample")
+    chooser_for({**options, "do_sample": True})  # the sampling keywords, checked before any row starts
+
+    def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
+        chooser = chooser_for({**options, "do_sample": True})
+        call = DecodeCall.begin(model, prompt, new_tokens, 0, options, runner)
+        current = call.runner.prefill(call.prompt, call.stats)
+        while not call.sink.done:
+            logits = call.runner.forward(torch.tensor([current]))  # (1, V)
+            current = chooser.choose((), logits[-1], ())
+            call.stats.record(call.sink.extend([current]), 1)
+        return call.finish("sample")
+
+    return decode_rows(model, input_ids, max_new_tokens, options, one)

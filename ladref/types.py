@@ -15,6 +15,13 @@ import torch
 TokenIds = Union[Sequence[int], torch.Tensor]
 """A prompt: a list of ints, a (L,) tensor or a (1, L) tensor of token ids."""
 
+Prompts = Union[TokenIds, Sequence[TokenIds]]
+"""One prompt (`TokenIds`), or a batch: a list of prompts of any lengths, or a (B, L) tensor (with
+an ``attention_mask`` when its rows are padded)."""
+
+Budget = Union[int, Sequence[int]]
+"""Most new tokens: one number, or for a batch one per row."""
+
 EosIds = Union[int, Iterable[int], None]
 """EOS id(s): one id, several, an empty list (never stop early), or None (the model's own)."""
 

@@ -55,7 +55,6 @@ class NoEosTokenizer:
 BAD_INPUTS = [
     ([], {}, ValueError, "the prompt is empty"),
     (torch.zeros(1, 0, dtype=torch.long), {}, ValueError, "the prompt is empty"),
-    (torch.tensor([PROMPT, PROMPT]), {}, ValueError, "batch size 2 > 1 is not supported"),
     (torch.ones(1, 1, 3, dtype=torch.long), {}, ValueError, "input_ids must have shape \\(L,\\) or \\(1, L\\)"),
     ([1] * 600, {}, ValueError, "the prompt \\(600 tokens\\) leaves no room in the model's context of 512"),
     (PROMPT, {"max_new_tokens": 0}, ValueError, "max_new_tokens must be >= 1, got 0"),
@@ -83,6 +82,12 @@ def test_bad_input_is_refused_before_any_forward(model, no_forward, name, ids, k
     kwargs = {"max_new_tokens": 4, **kwargs}
     with pytest.raises(error, match=message):
         DECODERS[name](model, ids, **kwargs)
+
+
+def test_a_decoder_of_one_prompt_refuses_a_batch(model, no_forward):
+    """The transformers baselines take one prompt per call (the library's decoders take batches: test_batch.py)."""
+    with pytest.raises(ValueError, match="batch size 2 > 1 is not supported"):
+        hf_prompt_lookup_decode(model, torch.tensor([PROMPT, PROMPT]), max_new_tokens=4)
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,12 @@ from ladref import (AdaptiveDecoder, CompiledDecoder, LookaheadConfig, adaptive_
 from ladref.bench.hf import generate_decode, hf_prompt_lookup_decode
 from ladref.fast.cost import CostModel
 from ladref.fast.static import StaticRunner
-from ladref.options import CallOptions, DecodeOptions, GreedyOptions, OutputOptions
+from ladref.options import BaselineOptions, CallOptions, DecodeOptions, GreedyOptions, OutputOptions
 from ladref.runner import ModelFacts, ModelRunner, Runner
 from ladref.sources.jacobi import JacobiProposer
 
 SHARED = {"eos_token_id", "tokenizer", "streamer", "do_sample", "temperature", "top_k", "top_p", "generator",
-          "attention_backend"}
+          "attention_backend", "attention_mask"}
 DECODERS = {  # name -> (call with one extra keyword, the options it takes)
     "greedy_decode": (lambda m, **kw: greedy_decode(m, [1, 2], 2, **kw), GreedyOptions),
     "sample_decode": (lambda m, **kw: sample_decode(m, [1, 2], 2, **kw), DecodeOptions),
@@ -27,8 +27,8 @@ DECODERS = {  # name -> (call with one extra keyword, the options it takes)
     "recycling_decode": (lambda m, **kw: recycling_decode(m, [1, 2], 2, **kw), DecodeOptions),
     "draft_decode": (lambda m, **kw: draft_decode(m, [1, 2], 2, proposers=[JacobiProposer(2)], **kw), DecodeOptions),
     "adaptive_decode": (lambda m, **kw: adaptive_decode(m, [1, 2], 2, cost=CostModel.flat(8), **kw), DecodeOptions),
-    "generate_decode": (lambda m, **kw: generate_decode(m, [1, 2], 2, **kw), GreedyOptions),
-    "hf_prompt_lookup_decode": (lambda m, **kw: hf_prompt_lookup_decode(m, [1, 2], 2, **kw), GreedyOptions),
+    "generate_decode": (lambda m, **kw: generate_decode(m, [1, 2], 2, **kw), BaselineOptions),
+    "hf_prompt_lookup_decode": (lambda m, **kw: hf_prompt_lookup_decode(m, [1, 2], 2, **kw), BaselineOptions),
 }
 
 
@@ -36,7 +36,8 @@ def test_the_shared_keywords_are_one_list():
     keys = DecodeOptions.__required_keys__ | DecodeOptions.__optional_keys__
     assert keys == SHARED and not DecodeOptions.__required_keys__
     assert GreedyOptions.__optional_keys__ == SHARED - {"do_sample", "temperature", "top_k", "top_p", "generator"}
-    assert CallOptions.__optional_keys__ == SHARED - {"attention_backend"}
+    assert CallOptions.__optional_keys__ == SHARED - {"attention_backend", "attention_mask"}
+    assert BaselineOptions.__optional_keys__ == {"eos_token_id", "tokenizer", "streamer", "attention_backend"}
     assert OutputOptions.__optional_keys__ == {"eos_token_id", "tokenizer", "streamer"}
     assert "DecodeOptions" in ladref.__all__
 

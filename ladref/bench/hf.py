@@ -28,7 +28,7 @@ from typing_extensions import Unpack
 from ..call import DecodeCall, streamer_callback
 from ..config import check_int
 from ..kernels import attention_scope, sdpa_backends
-from ..options import GreedyOptions, accept
+from ..options import BaselineOptions, accept
 from ..results import DecodeResult, DecodeStats
 from ..runner import CACHE_ARGS, check_model
 from ..types import Streamer, TokenIds
@@ -85,7 +85,7 @@ def run_generate(
     max_new_tokens: int,
     method: str,
     extra: dict,
-    options: GreedyOptions,
+    options: BaselineOptions,
     extent: int = 0,
 ) -> DecodeResult:
     """Greedy ``model.generate(**extra)`` on one prompt, timed and counted like ladref's decoders.
@@ -93,7 +93,7 @@ def run_generate(
     Args:
         method: the `DecodeResult.method` label.
         extra: generate() keyword arguments of the method (e.g. ``prompt_lookup_num_tokens``).
-        options: the shared keywords (`ladref.options.GreedyOptions`), checked by the caller; the
+        options: the shared keywords (`ladref.options.BaselineOptions`), checked by the caller; the
             attention backend defaults to "torch" here: transformers' and torch's dispatch left alone.
         extent: positions past the last committed token a step may touch (`check_budget`).
     """
@@ -130,7 +130,7 @@ def generate_decode(
     max_new_tokens: int = 64,
     *,
     cache_implementation: str | None = None,
-    **options: Unpack[GreedyOptions],
+    **options: Unpack[BaselineOptions],
 ) -> DecodeResult:
     """Greedy decoding by transformers' ``model.generate(do_sample=False)``.
 
@@ -140,7 +140,7 @@ def generate_decode(
         max_new_tokens: most tokens to generate.
         cache_implementation: None (a `DynamicCache`) or "static" (a preallocated cache; on CUDA
             transformers then compiles the decoding step with ``torch.compile``).
-        **options: as `ladref.greedy_decode`'s (`ladref.options.GreedyOptions`), but the attention
+        **options: as `ladref.greedy_decode`'s (`ladref.options.BaselineOptions`), but the attention
             backend defaults to "torch": transformers as its users run it.
 
     Returns:
@@ -151,7 +151,7 @@ def generate_decode(
     check_model(model)
     extra = {} if cache_implementation is None else {"cache_implementation": cache_implementation}
     method = "generate" if cache_implementation is None else "generate_static"
-    return run_generate(model, input_ids, max_new_tokens, method, extra, accept("generate_decode", options, GreedyOptions))
+    return run_generate(model, input_ids, max_new_tokens, method, extra, accept("generate_decode", options, BaselineOptions))
 
 
 def hf_prompt_lookup_decode(
@@ -161,7 +161,7 @@ def hf_prompt_lookup_decode(
     *,
     prompt_lookup_num_tokens: int = 10,
     max_matching_ngram_size: int = 2,
-    **options: Unpack[GreedyOptions],
+    **options: Unpack[BaselineOptions],
 ) -> DecodeResult:
     """Greedy prompt-lookup decoding through transformers' ``model.generate`` (the peer baseline;
     ladref's own is `ladref.prompt_lookup_decode`).
@@ -172,7 +172,7 @@ def hf_prompt_lookup_decode(
         max_new_tokens: most tokens to generate.
         prompt_lookup_num_tokens: k, most drafted tokens per step (transformers' own name).
         max_matching_ngram_size: longest n-gram of the text's tail looked up in the prompt.
-        **options: as `generate_decode`'s (`ladref.options.GreedyOptions`, attention backend "torch").
+        **options: as `generate_decode`'s (`ladref.options.BaselineOptions`, attention backend "torch").
 
     Returns:
         `DecodeResult` with method "hf_plookup"; steps are generate's forward calls (see module doc).
@@ -180,5 +180,5 @@ def hf_prompt_lookup_decode(
     check_int("prompt_lookup_num_tokens", prompt_lookup_num_tokens, 1)
     check_int("max_matching_ngram_size", max_matching_ngram_size, 1)
     extra = {"prompt_lookup_num_tokens": prompt_lookup_num_tokens, "max_matching_ngram_size": max_matching_ngram_size}
-    options = accept("hf_prompt_lookup_decode", options, GreedyOptions)
+    options = accept("hf_prompt_lookup_decode", options, BaselineOptions)
     return run_generate(model, input_ids, max_new_tokens, "hf_plookup", extra, options, prompt_lookup_num_tokens)

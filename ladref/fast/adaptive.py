@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
+from ..batch import batch_prompts
 from ..call import DecodeCall
 from ..config import LookaheadConfig
 from ..options import CallOptions, DecodeOptions, accept
@@ -169,6 +170,9 @@ def adaptive_decode(
         `DecodeResult` with method "adaptive".
     """
     options = dict(accept("adaptive_decode", options, DecodeOptions))
+    if batch_prompts(input_ids, options.pop("attention_mask", None)) is not None:
+        raise ValueError("adaptive_decode takes one prompt per call (its policy prices a single row's step); "
+                         "decode a batch with greedy_decode or a draft decoder")
     backend = options.pop("attention_backend", "auto")  # the decoder's, for every call
     decoder = AdaptiveDecoder(model, cost=cost, cache=cache, proposers=proposers, window=window, attention_backend=backend)
     return decoder(input_ids, max_new_tokens, **options)

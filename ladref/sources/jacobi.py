@@ -19,10 +19,10 @@ from ..config import check_int
 from ..decode import decode_with_proposers
 from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import DecodeResult
+from ..results import BatchResult, DecodeResult
 from ..runner import Runner
 from ..tree import DraftTree
-from ..types import TokenIds
+from ..types import Budget, Prompts, TokenIds
 
 
 def jacobi_iteration(runner: Runner, current: int, guess: torch.Tensor) -> torch.Tensor:
@@ -84,12 +84,12 @@ class JacobiProposer(DraftSource):
 
 def jacobi_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     *,
     block_size: int = 8,
     **options: Unpack[DecodeOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Jacobi decoding with a KV cache; output identical to `greedy_decode`.
 
     Each step feeds ``[current, g_1 .. g_m]`` (a chain: one causal sequence), commits the
@@ -98,8 +98,8 @@ def jacobi_decode(
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         block_size: m, guessed tokens per iteration (each pass feeds m + 1 tokens).
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
             ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.

@@ -27,9 +27,9 @@ from ..config import LookaheadConfig, check_int
 from ..decode import decode_with_proposers
 from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import DecodeResult
+from ..results import BatchResult, DecodeResult
 from ..tree import DraftTree
-from ..types import TokenIds
+from ..types import Budget, Prompts, TokenIds
 from .ngram_pool import NGramPool
 
 
@@ -118,18 +118,18 @@ class LookaheadProposer(DraftSource):
 @reject_old_call_shape
 def lookahead_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     *,
     config: LookaheadConfig | None = None,
     **options: Unpack[DecodeOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Lookahead decoding; greedy output identical to `greedy_decode`, in fewer steps.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         config: W, N, G and pool options; default `LookaheadConfig()`.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
             ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.

@@ -18,9 +18,9 @@ from ..config import check_int
 from ..decode import decode_with_proposers
 from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import DecodeResult
+from ..results import BatchResult, DecodeResult
 from ..tree import DraftTree
-from ..types import TokenIds
+from ..types import Budget, Prompts, TokenIds
 
 
 class PromptLookupProposer(DraftSource):
@@ -80,21 +80,21 @@ class PromptLookupProposer(DraftSource):
 
 def prompt_lookup_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     *,
     draft_len: int = 10,
     max_ngram: int = 3,
     min_ngram: int = 1,
     max_matches: int = 1,
     **options: Unpack[DecodeOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Prompt lookup decoding (native); greedy output identical to `greedy_decode`.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         draft_len: most tokens copied after a match (`PromptLookupProposer`).
         max_ngram: longest suffix of the text looked up.
         min_ngram: shortest suffix looked up.

@@ -24,10 +24,10 @@ from ..config import check_int
 from ..decode import decode_with_proposers
 from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import DecodeResult
+from ..results import BatchResult, DecodeResult
 from ..runner import ModelFacts
 from ..tree import DraftTree
-from ..types import TokenIds
+from ..types import Budget, Prompts, TokenIds
 
 
 @dataclass(frozen=True)
@@ -163,20 +163,20 @@ class RecyclingProposer(DraftSource):
 
 def recycling_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     *,
     template: TreeTemplate | None = None,
     topk: int | None = None,
     proposer: RecyclingProposer | None = None,
     **options: Unpack[DecodeOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Token Recycling; greedy output identical to `greedy_decode`.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         template: the static tree (default `TreeTemplate.best_first()`); ignored with `proposer`.
         topk: k, successors kept per token (default: the template's width); ignored with `proposer`.
         proposer: a `RecyclingProposer` to use (and, with ``warm=True``, to keep learning across

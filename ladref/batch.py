@@ -1,0 +1,286 @@
+"""Decoding a batch: every row runs the loop that decodes one prompt; their forward passes meet in one.
+
+Each row of a batch is decoded by exactly the code that decodes a single prompt (`run_greedy`,
+`ladref.step.run_drafting`), in a thread of its own, through a `RowRunner`: its view of one
+shared KV cache. A row's forward pass does not run at once. It waits until every unfinished row
+has asked for one; then `BatchRunner` runs them all as ONE forward pass, each row's tokens laid
+out with its own positions and mask, padded to the widest row, and hands each row its logits.
+So there is one loop, one step and one set of keywords, and a batch of B prompts costs one
+forward pass per step of its slowest row, not B.
+
+Ragged acceptance, and the layout of the cache: *per-row lengths over a padded cache*. All rows
+share one (B, H, T, D) `DynamicCache`; row b's committed tokens are its first ``length[b]``
+slots, and its attention mask hides every slot past them. A step appends Q slots to every row
+(Q: the widest row's step); each row's own q entries are moved down to its length at once, and
+its accepted ones kept by its own `commit`, as a single prompt's are. Slots no row uses are cut
+before the next pass, and a finished row's cache row is dropped there too: rows that finish
+leave the work. (vLLM keeps a per-request slot mapping into paged blocks and TensorRT-LLM packs
+ragged sequences: both avoid the padding that this layout pays for the clarity of one tensor.)
+
+Exactness: each row's tokens, positions and mask are those of its batch-1 step, so its output
+is its batch-1 output, up to the rounding of other GEMM shapes (exact in float64).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from .kernels import attention_scope, sdpa_backends
+from .results import BatchResult, DecodeResult, DecodeStats
+from .runner import ModelFacts, Runner, batch_forward, check_model, move_entries, trim_cache
+from .types import TokenIds
+
+OneCall = Callable[[Runner | None, TokenIds, int, Mapping[str, Any]], DecodeResult]
+
+
+@dataclass
+class Request:
+    """One row's forward pass, waiting for the batch: (q,) ids and positions, a (q, q) mask, (k,) rows kept."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    allowed: torch.Tensor
+    keep: torch.Tensor
+    logits: torch.Tensor | None = None
+
+
+class RowRunner(Runner):
+    """One row's view of the batch's cache: a `Runner` whose forward waits for the batch's pass."""
+
+    def __init__(self, batch: BatchRunner, row: int) -> None:
+        super().__init__(batch.model, facts=batch.facts)
+        self.batch, self.row, self.length = batch, row, 0
+
+    @property
+    def past_len(self) -> int:
+        return self.length
+
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
+        if prompt.shape[0] > 1:
+            self.forward(prompt[:-1], keep=torch.tensor([0]))
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return int(prompt[-1])
+
+    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
+        """As `ModelRunner.forward`, run in the batch's next pass: (k, V) logits of the rows `keep`."""
+        q = input_ids.shape[0]
+        request = Request(input_ids.cpu(), (self.length + torch.arange(q)) if position_ids is None else position_ids.cpu(),
+                          torch.ones(q, q, dtype=torch.bool).tril_() if allowed is None else allowed.cpu(),
+                          torch.arange(q) if keep is None else keep.cpu())
+        return self.batch.submit(self, request)
+
+    def commit(self, past_len: int, accepted: torch.Tensor) -> None:
+        """As `ModelRunner.commit`, within this row: keep `past_len` slots plus the last step's `accepted`."""
+        k = accepted.shape[0]
+        move_entries(self.batch.cache, self.batch.slot(self), past_len + accepted, past_len + torch.arange(k))
+        self.length = past_len + k
+
+
+class BatchRunner:
+    """Runs the rows' forward passes as one, over one shared cache (see the module docstring).
+
+    The last live row to ask for a pass runs it, under a lock, while every other live row waits:
+    so the cache changes shape (a pass, a finished row dropped) only when no row is using it.
+
+    Args:
+        model: the checked model; facts: its `ModelFacts`.
+        rows: B, the number of rows (each gets a `RowRunner`).
+        attention_backend: the SDPA kernels of every pass (`ladref.kernels.sdpa_backends`).
+    """
+
+    def __init__(self, model: torch.nn.Module, facts: ModelFacts, rows: int, attention_backend: str = "auto") -> None:
+        self.model, self.facts, self.cache = model, facts, DynamicCache(config=model.config)
+        self.kernels = sdpa_backends(attention_backend, facts.device, facts.attention)
+        self.rows = [RowRunner(self, b) for b in range(rows)]
+        self.live = list(self.rows)  # the rows in the cache, in its batch order
+        self.done: set[RowRunner] = set()  # rows that have finished, still in the cache until the next pass
+        self.waiting: dict[RowRunner, Request] = {}
+        self.passes, self.error = 0, None
+        self.turn = threading.Condition()
+
+    def slot(self, row: RowRunner) -> int:
+        """The row's index in the cache's batch dimension (finished rows are dropped at each pass)."""
+        return self.live.index(row)
+
+    def submit(self, row: RowRunner, request: Request) -> torch.Tensor:
+        """Wait for the batch's pass that includes `request` (the last row to ask runs it); its logits."""
+        with self.turn:
+            self.waiting[row] = request
+            self._run_if_ready()
+            while request.logits is None and self.error is None:
+                self.turn.wait()
+            if self.error is not None:
+                raise RuntimeError("another row of the batch failed") from self.error
+            return request.logits
+
+    def leave(self, row: RowRunner, error: BaseException | None) -> None:
+        """A row is done (or failed: the whole batch stops, and no further pass runs)."""
+        with self.turn:
+            self.error = self.error or error
+            self.done.add(row)
+            self._run_if_ready()
+            self.turn.notify_all()
+
+    def _run_if_ready(self) -> None:
+        if self.error is None and self.waiting and len(self.waiting) + len(self.done) == len(self.live):
+            try:
+                self._pass()
+            except BaseException as err:  # every waiting row learns it; the caller's thread re-raises it
+                self.error = err
+            self.turn.notify_all()
+
+    @torch.inference_mode()  # the pass may run in the thread of a row that is leaving
+    def _pass(self) -> None:
+        """One forward pass for every live row: drop finished rows, pad, mask, run, move each row's entries to its length."""
+        keep = torch.tensor([b for b, row in enumerate(self.live) if row not in self.done])
+        self.live = [row for row in self.live if row not in self.done]
+        self.done.clear()
+        requests = [self.waiting.pop(row) for row in self.live]
+        lengths = [row.length for row in self.live]
+        past = max(lengths)
+        if self.cache.get_seq_length() > 0:  # slots no row holds any more, and the rows that finished
+            trim_cache(self.cache, past, keep if len(keep) < self.cache.layers[0].keys.shape[0] else None)
+        device = self.facts.device
+        ids, positions, mask = padded_batch(requests, lengths, past, self.facts.dtype)
+        with attention_scope(self.kernels):
+            logits = batch_forward(self.model, self.cache, ids.to(device), positions.to(device), mask.to(device))  # (B, Q, V)
+        self.passes += 1
+        for b, (row, request) in enumerate(zip(self.live, requests)):
+            q = request.input_ids.shape[0]
+            move_entries(self.cache, b, past + torch.arange(q, device=device), row.length + torch.arange(q, device=device))
+            row.length += q
+            request.logits = logits[b, request.keep.to(device)]
+
+
+def padded_batch(requests: Sequence[Request], lengths: Sequence[int], past: int,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows' steps padded to the widest, Q tokens, over a cache of `past` slots.
+
+    Row b's query i sees its first ``lengths[b]`` cache slots and the step's slots its own
+    (q_b, q_b) mask allows; a padding query sees only itself (a row of -inf would be NaN).
+
+    Returns:
+        ids (B, Q) (padding: token 0), positions (B, Q) (padding: 0), mask (B, 1, Q, past + Q) additive.
+    """
+    width = max(r.input_ids.shape[0] for r in requests)
+    ids = torch.zeros(len(requests), width, dtype=torch.long)
+    positions = torch.zeros(len(requests), width, dtype=torch.long)
+    allowed = torch.zeros(len(requests), width, past + width, dtype=torch.bool)
+    for b, (request, length) in enumerate(zip(requests, lengths)):
+        q = request.input_ids.shape[0]
+        ids[b, :q], positions[b, :q] = request.input_ids, request.position_ids
+        allowed[b, :q, :length] = True
+        allowed[b, :q, past : past + q] = request.allowed
+        allowed[b, torch.arange(q, width), torch.arange(past + q, past + width)] = True
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return ids, positions, mask[:, None]
+
+
+def batch_prompts(input_ids: object, attention_mask: object = None) -> list[TokenIds] | None:
+    """The prompts of a batch (a list of prompts, or a (B, L) tensor with B > 1), or None for one prompt.
+
+    A (B, L) tensor's rows are cut to their `attention_mask` (1: a token, 0: padding, on the left
+    or on the right); without one, every row is a whole prompt.
+
+    Raises:
+        TypeError, ValueError: a mask without a tensor, of another shape, or with holes inside a row.
+    """
+    if isinstance(input_ids, (list, tuple)) and input_ids and all(isinstance(p, (list, tuple, torch.Tensor)) for p in input_ids):
+        if attention_mask is not None:
+            raise ValueError("attention_mask goes with a (B, L) tensor; a list of prompts needs none (rows may differ in length)")
+        return list(input_ids)
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or (input_ids.shape[0] == 1 and attention_mask is None):
+        if attention_mask is not None and not isinstance(input_ids, torch.Tensor):
+            raise TypeError("attention_mask goes with a (B, L) tensor of prompts")
+        return None
+    if attention_mask is None:
+        return list(input_ids)
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
+        shape = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
+        raise ValueError(f"attention_mask must be a tensor of input_ids' shape {tuple(input_ids.shape)}, got {shape}")
+    prompts = []
+    for b, (row, keep) in enumerate(zip(input_ids, attention_mask.bool())):
+        where = keep.nonzero().flatten()
+        if len(where) and where[-1] - where[0] + 1 != len(where):
+            raise ValueError(f"attention_mask row {b} has padding between tokens; pad on the left or on the right only")
+        prompts.append(row[where])
+    return prompts
+
+
+def per_row(name: str, value: object, rows: int) -> list:
+    """`value` for each of `rows` rows: one value for all, or a list of one per row."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != rows:
+            raise ValueError(f"{name} has {len(value)} values for a batch of {rows} prompts")
+        return list(value)
+    return [value] * rows
+
+
+def row_options(options: Mapping[str, Any], rows: int) -> list[dict[str, Any]]:
+    """Each row's keywords: the same, but a sampling generator becomes one generator per row, seeded
+    from it in row order (rows run concurrently: their draws must not depend on who draws first)."""
+    if options.get("streamer") is not None:
+        raise ValueError("a streamer follows one sequence; decode a batch without one")
+    base = {k: v for k, v in options.items() if k != "attention_mask"}
+    generator = base.get("generator")
+    if generator is None:
+        return [base] * rows
+    seeds = torch.randint(2**62, (rows,), generator=generator).tolist()
+    return [{**base, "generator": torch.Generator().manual_seed(seed)} for seed in seeds]
+
+
+def decode_rows(model: torch.nn.Module, input_ids: TokenIds, max_new_tokens: int | Sequence[int], options: Mapping[str, Any],
+                one: OneCall) -> DecodeResult | BatchResult:
+    """``one(None, input_ids, max_new_tokens, options)`` for one prompt; for a batch, ``one`` for each
+    row, in threads, through `RowRunner`s whose forward passes `BatchRunner` runs as one.
+
+    Args:
+        one: decodes one prompt (runner None: a fresh `ModelRunner`) and returns its `DecodeResult`.
+        max_new_tokens: for a batch, one budget for every row or a list of one per row.
+
+    Returns:
+        A `DecodeResult`, or a `BatchResult` with one per row, in the batch's order.
+    """
+    prompts = batch_prompts(input_ids, options.get("attention_mask"))
+    if prompts is None:
+        return one(None, input_ids, max_new_tokens, {k: v for k, v in options.items() if k != "attention_mask"})
+    if not prompts:
+        raise ValueError("the batch is empty")
+    budgets, settings = per_row("max_new_tokens", max_new_tokens, len(prompts)), row_options(options, len(prompts))
+    batch = BatchRunner(model, check_model(model), len(prompts), options.get("attention_backend", "auto"))
+    results: list[DecodeResult | None] = [None] * len(prompts)
+
+    def run(b: int) -> None:
+        error = None
+        try:
+            with torch.inference_mode():  # thread-local: each row's thread enters it
+                results[b] = one(batch.rows[b], prompts[b], budgets[b], settings[b])
+        except BaseException as err:  # noqa: BLE001 (handed to the caller's thread below)
+            error = err
+        batch.leave(batch.rows[b], error)
+
+    threads = [threading.Thread(target=run, args=(b,), name=f"ladref-row-{b}") for b in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if batch.error is not None:
+        raise batch.error
+    return BatchResult(results, batch.passes)
+
+
+def copy_for_row(proposers: Sequence[Any], runner: Runner | None) -> list[Any]:
+    """The proposers themselves for one prompt; a deep copy for each row of a batch (they hold state)."""
+    return list(proposers) if runner is None or not isinstance(runner, RowRunner) else copy.deepcopy(list(proposers))

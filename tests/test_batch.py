@@ -1,0 +1,135 @@
+"""Decoding a batch: every row equals its own batch-1 greedy output, one forward pass per step for the batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
+from families import peaky_model
+from test_sampling import ALPHA, PROMPT, chi_square_p, exact_joint, joint_counts
+
+from ladref import (BatchResult, DecodeResult, JacobiProposer, LookaheadConfig, PromptLookupProposer, adaptive_decode,
+                    draft_decode, greedy_decode, jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode,
+                    sample_decode)
+from ladref.fast.cost import CostModel
+from ladref.sampling import Warp
+
+BATCHED = {
+    "greedy": lambda m, ids, n, **kw: greedy_decode(m, ids, n, **kw),
+    "jacobi": lambda m, ids, n, **kw: jacobi_decode(m, ids, n, block_size=3, **kw),
+    "lookahead": lambda m, ids, n, **kw: lookahead_decode(m, ids, n, config=LookaheadConfig(3, 3, 2), **kw),
+    "prompt_lookup": lambda m, ids, n, **kw: prompt_lookup_decode(m, ids, n, draft_len=4, **kw),
+    "recycling": lambda m, ids, n, **kw: recycling_decode(m, ids, n, **kw),
+    "draft": lambda m, ids, n, **kw: draft_decode(m, ids, n, proposers=[JacobiProposer(2), PromptLookupProposer(3)], **kw),
+}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("name", BATCHED)
+@settings(max_examples=6, deadline=None)
+@given(architectures, vocab_sizes, seeds, st.data())
+def test_every_row_equals_its_batch_1_greedy_output(name, arch, vocab, seed, data):
+    model = tiny_model(arch, vocab, seed)
+    batch = data.draw(st.lists(prompts(vocab), min_size=2, max_size=4))  # prompts of different lengths
+    budgets = data.draw(st.lists(st.integers(1, 14), min_size=len(batch), max_size=len(batch)))
+    eos = data.draw(st.none() | st.integers(0, vocab - 1))  # EOS inside accepted paths, at different steps per row
+    options = {} if eos is None else {"eos_token_id": eos}
+    result = BATCHED[name](model, batch, budgets, **options)
+    assert isinstance(result, BatchResult) and len(result) == len(batch)
+    for prompt, budget, row in zip(batch, budgets, result):
+        assert row.token_ids == greedy_decode(model, prompt, budget, **options).token_ids
+        assert row.stats.new_tokens == len(row.token_ids) <= budget
+    steps = max(row.stats.steps for row in result)  # one pass per step of the slowest row (+ a prefill), not per row
+    assert steps <= result.passes <= steps + 1
+
+
+def test_a_padded_tensor_batch_reads_its_attention_mask_and_batch_1_is_unchanged():
+    model = tiny_model("qwen2", 16, 1)
+    rows = [[5, 1, 2, 3], [4, 4], [7, 1, 9]]
+    left = torch.tensor([[0] * (4 - len(r)) + r for r in rows])
+    right = torch.tensor([r + [0] * (4 - len(r)) for r in rows])
+    expected = [greedy_decode(model, r, 6, eos_token_id=[]).token_ids for r in rows]
+    for ids in (left, right):
+        mask = (torch.arange(4)[None] >= 4 - torch.tensor([len(r) for r in rows])[:, None]) if ids is left else \
+            (torch.arange(4)[None] < torch.tensor([len(r) for r in rows])[:, None])
+        out = lookahead_decode(model, ids, 6, attention_mask=mask.long(), eos_token_id=[])
+        assert out.token_ids == expected
+    single = lookahead_decode(model, torch.tensor([rows[0]]), 6, eos_token_id=[])  # a (1, L) tensor: today's call
+    assert isinstance(single, DecodeResult) and single.token_ids == expected[0]
+
+
+def test_finished_rows_leave_the_forward_passes():
+    model = tiny_model("llama", 16, 0)
+    widths = []
+    handle = model.register_forward_pre_hook(lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    try:
+        result = greedy_decode(model, [[1, 2], [3, 4, 5], [6]], [2, 5, 3], eos_token_id=[])
+    finally:
+        handle.remove()
+    assert [len(t) for t in result.token_ids] == [2, 5, 3]
+    assert widths == [3, 3, 2, 1, 1] and result.passes == 5  # a row's budget spent: the next pass runs without it
+
+
+def test_sampling_a_batch_keeps_each_rows_distribution():
+    model, k, draws = peaky_model(), 2, 300
+    other = [3, 1, 3, 6, 3, 1]
+    generator = torch.Generator().manual_seed(99)
+    samples = [[], []]
+    for _ in range(draws):
+        result = lookahead_decode(model, [PROMPT, other], k, config=LookaheadConfig(2, 3, 4), do_sample=True,
+                                  temperature=0.9, generator=generator)
+        for row, out in zip(samples, result.token_ids):
+            row.append(out)
+    laws = [exact_joint(model, p, k, Warp(temperature=0.9)) for p in (PROMPT, other)]
+    for row, law in zip(samples, laws):
+        assert chi_square_p(joint_counts(row, 8, k), law) > ALPHA
+    assert chi_square_p(joint_counts(samples[0], 8, k), laws[1]) < ALPHA  # negative control: the other row's law
+
+
+def test_a_seeded_batch_samples_the_same_whatever_the_threads_do():
+    model = peaky_model()
+    draw = [sample_decode(model, [PROMPT, [1, 2], [5]], 6, generator=torch.Generator().manual_seed(5)).token_ids
+            for _ in range(3)]
+    assert draw[0] == draw[1] == draw[2]
+
+
+@pytest.fixture
+def no_forward():
+    model = tiny_model("llama", 16, 0)
+
+    def hook(module, args):
+        raise AssertionError("a forward pass ran before the input was rejected")
+
+    handle = model.register_forward_pre_hook(hook)
+    yield model
+    handle.remove()
+
+
+@pytest.mark.parametrize("ids, kwargs, error, message", [
+    ([[1, 2], []], {}, ValueError, "the prompt is empty"),
+    ([[1, 2], [3, 99]], {}, ValueError, "outside the model's vocabulary"),
+    ([[1, 2], [3]], {"max_new_tokens": [4]}, ValueError, "max_new_tokens has 1 values for a batch of 2 prompts"),
+    ([[1, 2], [3]], {"max_new_tokens": [4, 0]}, ValueError, "max_new_tokens must be >= 1, got 0"),
+    (torch.tensor([[1, 2], [3, 4]]), {"attention_mask": torch.ones(2, 3)}, ValueError, "attention_mask must be a tensor of"),
+    (torch.tensor([[1, 2, 3], [3, 4, 5]]), {"attention_mask": torch.tensor([[1, 0, 1], [1, 1, 1]])}, ValueError,
+     "padding between tokens"),
+    ([[1, 2], [3]], {"attention_mask": torch.ones(2, 2)}, ValueError, "a list of prompts needs none"),
+    ([1, 2], {"attention_mask": torch.ones(1, 2)}, TypeError, "attention_mask goes with a \\(B, L\\) tensor"),
+    ([[1, 2], [3]], {"streamer": object()}, ValueError, "a streamer follows one sequence"),
+    ([], {}, ValueError, "the prompt is empty"),
+])
+@pytest.mark.parametrize("name", ["greedy", "lookahead"])
+def test_bad_batches_are_refused_before_any_forward(no_forward, name, ids, kwargs, error, message):
+    kwargs = {"max_new_tokens": 4, **kwargs}
+    n = kwargs.pop("max_new_tokens")
+    with pytest.raises(error, match=message):
+        BATCHED[name](no_forward, ids, n, **kwargs)
+
+
+def test_decoders_without_a_batch_say_so(no_forward):
+    with pytest.raises(ValueError, match="adaptive_decode takes one prompt per call"):
+        adaptive_decode(no_forward, [[1, 2], [3]], 4, cost=CostModel.flat(8))
