@@ -87,7 +87,7 @@ TASKS: tuple[Task, ...] = (
         "ladref/masks.py",
         ("StepLayout.position_offsets", "StepLayout.allowed", "build_step_inputs", "to_additive", "static_additive"),
         requires=("task1_5",),
-        points=25,
+        points=20,
         hours="3-4",
         solution_tutorials=("03_attention_mask",),
     ),
@@ -116,7 +116,7 @@ TASKS: tuple[Task, ...] = (
         "ladref/step.py",
         ("kept_rows", "draft_step"),
         requires=("task1_1", "task1_2", "task1_3", "task1_5"),
-        points=30,
+        points=25,
         hours="3-4",
         solution_tutorials=("04_combined_step",),
     ),
@@ -128,6 +128,14 @@ TASKS: tuple[Task, ...] = (
         points=15,
         hours="1-2",
         solution_tutorials=("03_attention_mask", "08_draft_trees"),
+    ),
+    Task(
+        "task1_6",
+        "ragged acceptance (a batch's accepted paths in one padded cache)",
+        "ladref/batch.py",
+        ("ragged_commit_plan",),
+        points=10,
+        hours="1-2",
     ),
 )
 

@@ -21,15 +21,17 @@ Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast
    `ladref.sources.prompt_lookup`, `ladref.sources.recycling` (Token Recycling), and Jacobi's
    chain in `ladref.sources.jacobi`;
 6. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
-7. the fast paths: `ladref.fast.timing` and `ladref.fast.cost` (the step-cost curve),
+7. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve) and
+   `ladref.fast.surface` (the step cost of a batch, t(q, kv, B)),
    `ladref.fast.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
    `ladref.fast.static`, `ladref.fast.compiled` and `ladref.fast.precompiled` (constant shapes
    over a static cache, compiled once);
 8. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
    internals), `ladref.call` (input checks, stopping rules), `ladref.batch` (a batch of prompts:
-   every row the batch-1 loop, one forward pass for all), `ladref.options` (the keywords every
-   decoder shares), `ladref.kernels` (the attention-kernel choice), `ladref.types`,
-   `ladref.models` (the embedded model), `ladref.compat` (clear errors for earlier call shapes).
+   every row the batch-1 loop, one forward pass for all), `ladref.rows` (a batch's inputs, row by
+   row), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the
+   attention-kernel choice), `ladref.types`, `ladref.models` (the embedded model), `ladref.compat`
+   (clear errors for earlier call shapes).
 
 What you run rather than read (benchmarks, auto-tuning, FLOPs, datasets, the demo, the prompt
 lookup baseline) lives in `ladref.bench`; the library never imports it.
@@ -40,6 +42,7 @@ from .decode import draft_decode
 from .fast.adaptive import AdaptiveDecoder, adaptive_decode
 from .fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from .fast.cost import CostCache, CostModel
+from .fast.surface import CostSurface
 from .generate import lookahead_generator
 from .greedy import greedy_decode
 from .models import chat_ids, default_device, load_default_model
@@ -61,6 +64,7 @@ __all__ = [
     "CompiledDecoder",
     "CostCache",
     "CostModel",
+    "CostSurface",
     "DecodeOptions",
     "DecodeResult",
     "DecodeStats",

@@ -12,9 +12,11 @@ Ragged acceptance, and the layout of the cache: *per-row lengths over a padded c
 share one (B, H, T, D) `DynamicCache`; row b's committed tokens are its first ``length[b]``
 slots, and its attention mask hides every slot past them. A step appends Q slots to every row
 (Q: the widest row's step); each row's own q entries are moved down to its length at once, and
-its accepted ones kept by its own `commit`, as a single prompt's are. Slots no row uses are cut
+its accepted ones kept by its own `commit`, as a single prompt's are: both moves are planned by
+`ragged_commit_plan` (the pass keeps every row's whole step). Slots no row uses are cut
 before the next pass, and a finished row's cache row is dropped there too: rows that finish
-leave the work. (vLLM keeps a per-request slot mapping into paged blocks and TensorRT-LLM packs
+leave the work. The first pass, the rows' prompts, runs each row alone and stacks their entries
+(prompts differ most in length: padded to the longest, short prompts would pay for the long one). (vLLM keeps a per-request slot mapping into paged blocks and TensorRT-LLM packs
 ragged sequences: both avoid the padding that this layout pays for the clarity of one tensor.)
 
 Exactness: each row's tokens, positions and mask are those of its batch-1 step, so its output
@@ -34,7 +36,8 @@ from transformers import DynamicCache
 
 from .kernels import attention_scope, sdpa_backends
 from .results import BatchResult, DecodeResult, DecodeStats
-from .runner import ModelFacts, Runner, batch_forward, check_model, move_entries, trim_cache
+from .runner import ModelFacts, Runner, batch_forward, check_model, move_entries, stack_caches, trim_cache
+from .rows import batch_prompts, per_row, row_options
 from .types import TokenIds
 
 OneCall = Callable[[Runner | None, TokenIds, int, Mapping[str, Any]], DecodeResult]
@@ -57,10 +60,21 @@ class RowRunner(Runner):
     def __init__(self, batch: BatchRunner, row: int) -> None:
         super().__init__(batch.model, facts=batch.facts)
         self.batch, self.row, self.length = batch, row, 0
+        self.own_width, self.tokens = 1, 1.0  # what a decoder that prices the batch's passes notes (`others`)
 
     @property
     def past_len(self) -> int:
         return self.length
+
+    @property
+    def rows(self) -> int:
+        return len(self.batch.live) - len(self.batch.done)
+
+    def others(self) -> tuple[float, int]:
+        """The other unfinished rows' tokens per step (each the running mean its decoder noted in
+        ``tokens``, 1 by default) and the widest step they feed for their own sake (``own_width``)."""
+        rows = [r for r in self.batch.live if r is not self and r not in self.batch.done]
+        return sum(r.tokens for r in rows), max((r.own_width for r in rows), default=1)
 
     def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
         if prompt.shape[0] > 1:
@@ -83,9 +97,9 @@ class RowRunner(Runner):
 
     def commit(self, past_len: int, accepted: torch.Tensor) -> None:
         """As `ModelRunner.commit`, within this row: keep `past_len` slots plus the last step's `accepted`."""
-        k = accepted.shape[0]
-        move_entries(self.batch.cache, self.batch.slot(self), past_len + accepted, past_len + torch.arange(k))
-        self.length = past_len + k
+        rows, sources, targets, lengths = ragged_commit_plan([past_len], past_len, [self.length - past_len], [accepted.cpu()])
+        move_entries(self.batch.cache, rows + self.batch.slot(self), sources, targets)
+        self.length = int(lengths[0])
 
 
 class BatchRunner:
@@ -153,15 +167,31 @@ class BatchRunner:
         if self.cache.get_seq_length() > 0:  # slots no row holds any more, and the rows that finished
             trim_cache(self.cache, past, keep if len(keep) < self.cache.layers[0].keys.shape[0] else None)
         device = self.facts.device
-        ids, positions, mask = padded_batch(requests, lengths, past, self.facts.dtype)
         with attention_scope(self.kernels):
-            logits = batch_forward(self.model, self.cache, ids.to(device), positions.to(device), mask.to(device))  # (B, Q, V)
+            if past == 0:  # the first pass, the rows' prompts: each alone
+                logits = self._apart(requests)
+            else:
+                ids, positions, mask = padded_batch(requests, lengths, past, self.facts.dtype)
+                logits = batch_forward(self.model, self.cache, ids.to(device), positions.to(device), mask.to(device))  # (B, Q, V)
         self.passes += 1
+        widths = [request.input_ids.shape[0] for request in requests]
+        rows, sources, targets, lengths = ragged_commit_plan(lengths, past, widths, [torch.arange(q) for q in widths])
+        move_entries(self.cache, rows, sources, targets)  # every row's step, down to its length
         for b, (row, request) in enumerate(zip(self.live, requests)):
-            q = request.input_ids.shape[0]
-            move_entries(self.cache, b, past + torch.arange(q, device=device), row.length + torch.arange(q, device=device))
-            row.length += q
-            request.logits = logits[b, request.keep.to(device)]
+            row.length = int(lengths[b])
+            request.logits = logits[b][request.keep.to(device)]
+
+    def _apart(self, requests: Sequence[Request]) -> list[torch.Tensor]:
+        """The first pass, each row's prompt run alone (prompts differ in length: padded to the longest, a
+        batch of short prompts would pay for the long one's width), its entries then stacked into the
+        shared cache. Returns each row's (q_b, V) logits."""
+        caches, logits, device = [], [], self.facts.device
+        for request in requests:
+            caches.append(DynamicCache(config=self.model.config))
+            ids, positions, mask = padded_batch([request], [0], 0, self.facts.dtype)
+            logits.append(batch_forward(self.model, caches[-1], ids.to(device), positions.to(device), mask.to(device))[0])
+        stack_caches(self.cache, caches)
+        return logits
 
 
 def padded_batch(requests: Sequence[Request], lengths: Sequence[int], past: int,
@@ -188,57 +218,43 @@ def padded_batch(requests: Sequence[Request], lengths: Sequence[int], past: int,
     return ids, positions, mask[:, None]
 
 
-def batch_prompts(input_ids: object, attention_mask: object = None) -> list[TokenIds] | None:
-    """The prompts of a batch (a list of prompts, or a (B, L) tensor with B > 1), or None for one prompt.
+def ragged_commit_plan(lengths: Sequence[int] | torch.Tensor, past: int, widths: Sequence[int] | torch.Tensor,
+                       accepted: Sequence[Sequence[int] | torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The moves that commit each row's accepted step entries in a padded (B, H, T, D) cache.
 
-    A (B, L) tensor's rows are cut to their `attention_mask` (1: a token, 0: padding, on the left
-    or on the right); without one, every row is a whole prompt.
+    Row b holds ``lengths[b]`` committed slots, and its step appended ``widths[b]`` entries at
+    slots ``past .. past + widths[b] - 1`` (the slots between are padding). Committing moves its
+    accepted entries, in path order, to the slots right after its own length.
+
+    Args:
+        lengths: (B,) each row's committed slots, none past `past`.
+        past: the slot of every row's first step entry.
+        widths: (B,) q_b, the entries of row b's step.
+        accepted: B (k_b,) step-relative indices, each in [0, q_b), in path order (k_b may be 0).
+
+    Returns:
+        rows, sources, targets: (K,) long, K = sum of k_b, row 0's moves first, each row's in
+            path order: row ``rows[j]``'s entry at slot ``sources[j]`` goes to slot ``targets[j]``.
+        new_lengths: (B,) long, ``lengths[b] + k_b``.
 
     Raises:
-        TypeError, ValueError: a mask without a tensor, of another shape, or with holes inside a row.
+        ValueError: B differs between the arguments, a length passes `past`, or an index lies
+            outside its row's step.
     """
-    if isinstance(input_ids, (list, tuple)) and input_ids and all(isinstance(p, (list, tuple, torch.Tensor)) for p in input_ids):
-        if attention_mask is not None:
-            raise ValueError("attention_mask goes with a (B, L) tensor; a list of prompts needs none (rows may differ in length)")
-        return list(input_ids)
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or (input_ids.shape[0] == 1 and attention_mask is None):
-        if attention_mask is not None and not isinstance(input_ids, torch.Tensor):
-            raise TypeError("attention_mask goes with a (B, L) tensor of prompts")
-        return None
-    if attention_mask is None:
-        return list(input_ids)
-    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
-        shape = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
-        raise ValueError(f"attention_mask must be a tensor of input_ids' shape {tuple(input_ids.shape)}, got {shape}")
-    prompts = []
-    for b, (row, keep) in enumerate(zip(input_ids, attention_mask.bool())):
-        where = keep.nonzero().flatten()
-        if len(where) and where[-1] - where[0] + 1 != len(where):
-            raise ValueError(f"attention_mask row {b} has padding between tokens; pad on the left or on the right only")
-        prompts.append(row[where])
-    return prompts
-
-
-def per_row(name: str, value: object, rows: int) -> list:
-    """`value` for each of `rows` rows: one value for all, or a list of one per row."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != rows:
-            raise ValueError(f"{name} has {len(value)} values for a batch of {rows} prompts")
-        return list(value)
-    return [value] * rows
-
-
-def row_options(options: Mapping[str, Any], rows: int) -> list[dict[str, Any]]:
-    """Each row's keywords: the same, but a sampling generator becomes one generator per row, seeded
-    from it in row order (rows run concurrently: their draws must not depend on who draws first)."""
-    if options.get("streamer") is not None:
-        raise ValueError("a streamer follows one sequence; decode a batch without one")
-    base = {k: v for k, v in options.items() if k != "attention_mask"}
-    generator = base.get("generator")
-    if generator is None:
-        return [base] * rows
-    seeds = torch.randint(2**62, (rows,), generator=generator).tolist()
-    return [{**base, "generator": torch.Generator().manual_seed(seed)} for seed in seeds]
+    lengths, widths = torch.as_tensor(lengths, dtype=torch.long), torch.as_tensor(widths, dtype=torch.long)
+    kept = [torch.as_tensor(a, dtype=torch.long).reshape(-1) for a in accepted]
+    # 1. Check the batch: one length, width and accepted list per row, no length past `past`.
+    if not len(lengths) == len(widths) == len(kept) or bool((lengths > past).any()):
+        raise ValueError(f"a plan takes B lengths <= past ({past}), B widths and B accepted lists")
+    # 2. Check that each row's accepted indices lie in its own step: 0 <= i < widths[b].
+    if any(len(a) and (int(a.min()) < 0 or int(a.max()) >= q) for a, q in zip(kept, widths.tolist())):
+        raise ValueError(f"an accepted index lies outside its row's step (widths {widths.tolist()})")
+    # 3. Row b's j-th accepted entry moves from slot past + accepted[b][j] to slot lengths[b] + j.
+    counts, none = torch.tensor([len(a) for a in kept], dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    rows = torch.repeat_interleave(torch.arange(len(kept)), counts)
+    targets = torch.cat([none, *(int(n) + torch.arange(len(a)) for n, a in zip(lengths, kept))])
+    # 4. Each row's new length: its committed slots plus its accepted entries.
+    return rows, past + torch.cat([none, *kept]), targets, lengths + counts
 
 
 def decode_rows(model: torch.nn.Module, input_ids: TokenIds, max_new_tokens: int | Sequence[int], options: Mapping[str, Any],

@@ -6,7 +6,7 @@ with their own proposer; `draft_decode` takes yours (or several: their trees are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from typing_extensions import Unpack
@@ -19,7 +19,7 @@ from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from .results import BatchResult, DecodeResult
 from .runner import Runner
 from .sampling import chooser_for
-from .step import DraftBudget, run_drafting
+from .step import DraftBudget, StepChoice, run_drafting
 from .types import Budget, Prompts, TokenIds
 
 
@@ -33,6 +33,7 @@ def decode_with_proposers(
     extent: int,
     options: DecodeOptions,
     draft_budget: int | None = None,
+    choice: Callable[[Runner], StepChoice] | None = None,
 ) -> DecodeResult | BatchResult:
     """Check the arguments, then run `ladref.step.run_drafting` in one `DecodeCall` per prompt
     (a batch's rows run together: `ladref.batch`; each row drafts with its own copy of the proposers).
@@ -44,6 +45,8 @@ def decode_with_proposers(
             before any work (`ladref.proposer.step_needs`; deeper drafts are also dropped step by step).
         options: the shared keywords (`ladref.options.DecodeOptions`), checked by the caller.
         draft_budget: most draft tokens fed per step; None: all.
+        choice: makes each prompt's (each row's) `ladref.step.StepChoice` from its runner, which
+            knows the batch it runs in (`Runner.rows`); default `DraftBudget(draft_budget)`.
 
     The other arguments are those of `draft_decode`.
     """
@@ -56,7 +59,7 @@ def decode_with_proposers(
         chooser = chooser_for(options)
         call = DecodeCall.begin(model, prompt, new_tokens, reach, options, runner)
         run_drafting(call.runner, call.prompt, copy_for_row(proposers, runner), call.sink, call.stats, chooser,
-                     call.position_limit, DraftBudget(draft_budget))
+                     call.position_limit, DraftBudget(draft_budget) if choice is None else choice(call.runner))
         return call.finish(method)
 
     return decode_rows(model, input_ids, max_new_tokens, options, one)

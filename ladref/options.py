@@ -92,6 +92,10 @@ class CallOptions(OutputOptions, SamplingOptions, total=False):
     `OutputOptions`, `SamplingOptions`."""
 
 
+class BatchCallOptions(InputOptions, CallOptions, total=False):
+    """The keywords of a call that takes a batch (`ladref.fast.adaptive.AdaptiveDecoder`): `InputOptions`, `CallOptions`."""
+
+
 class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, BackendOptions, total=False):
     """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions` and `BackendOptions`."""
 

@@ -22,7 +22,7 @@ step has a new shape at every step, and a kernel that plans per shape would pay 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -139,6 +139,11 @@ class Runner:
         self.model, self.facts = model, check_model(model) if facts is None else facts
         self.device, self.dtype, self.vocab_size = self.facts.device, self.facts.dtype, self.facts.vocab_size
         self.kernels = sdpa_backends(attention_backend, self.device, self.facts.attention)
+
+    @property
+    def rows(self) -> int:
+        """The rows of the batch whose forward pass this runner's next step joins (1: a prompt alone)."""
+        return 1
 
     @property
     def step_width(self) -> int | None:
@@ -306,13 +311,33 @@ def batch_forward(model: torch.nn.Module, cache: DynamicCache, input_ids: torch.
     return out.logits if out.logits.dtype == torch.float64 else out.logits.float()
 
 
-def move_entries(cache: DynamicCache, row: int, src: torch.Tensor, dst: torch.Tensor) -> None:
-    """Copy one batch row's keys/values at slots `src` to slots `dst` ((k,) each), every layer."""
+def move_entries(cache: DynamicCache, rows: int | torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy the keys/values of batch rows `rows` at slots `src` to slots `dst`, every layer.
+
+    Every entry is read before any is written, so a move may overwrite another one's source.
+
+    Args:
+        rows: (k,) batch rows (`ladref.batch.ragged_commit_plan`), or one row for every move.
+        src: (k,) the slots read.
+        dst: (k,) the slots written.
+    """
+    if len(src) == 0:
+        return
     for layer in cache.layers:
         for name in ("keys", "values"):
             full = getattr(layer, name)  # (B, H_kv, T, D)
-            to = full.device
-            full[row].index_copy_(-2, dst.to(to), full[row].index_select(-2, src.to(to)))
+            at = torch.as_tensor(rows).to(full.device)
+            full[at, :, dst.to(full.device)] = full[at, :, src.to(full.device)]  # (k, H_kv, D)
+
+
+def stack_caches(cache: DynamicCache, rows: Sequence[DynamicCache]) -> None:
+    """Fill an empty `cache` with the single-row caches `rows`, in order: each layer's (1, H_kv, T_b, D)
+    keys/values zero-padded to the longest T and stacked into (B, H_kv, T, D)."""
+    for i in range(len(rows[0].layers)):
+        entries = [[getattr(row.layers[i], name) for row in rows] for name in ("keys", "values")]
+        longest = max(t.shape[-2] for t in entries[0])
+        keys, values = (torch.cat([torch.nn.functional.pad(t, (0, 0, 0, longest - t.shape[-2])) for t in ts]) for ts in entries)
+        cache.update(keys, values, i)
 
 
 def trim_cache(cache: DynamicCache, length: int, rows: torch.Tensor | None = None) -> None:

@@ -233,6 +233,34 @@ def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path):
     assert csv[:2] == ["submission,task1_2,task1_3,total", "alice,15,0,15"] and csv[2].startswith("bob,15,5.62")
 
 
+# plausible wrong ragged commit plans (task 1.6): a line of the reference's ragged_commit_plan, and its wrong version
+WRONG_PLANS = {
+    "moves rejected entries": ("past + torch.cat([none, *kept]), targets",  # the first k step entries, not the accepted
+                               "past + torch.cat([none, *(torch.arange(len(a)) for a in kept)]), targets"),
+    "forgets the row's length": ("int(n) + torch.arange(len(a)) for n, a in zip(lengths, kept)",
+                                 "past + torch.arange(len(a)) for n, a in zip(lengths, kept)"),
+    "off by one on past": ("    return rows, past + torch.cat(", "    return rows, past + 1 + torch.cat("),
+}
+
+
+@pytest.mark.slow
+def test_wrong_ragged_commit_plans_lose_points(tmp_path):
+    submissions = tmp_path / "submissions"
+    reference = (ROOT / "ladref" / "batch.py").read_text()
+    for name, (right, wrong) in {"right": ("", ""), **WRONG_PLANS}.items():
+        assert right in reference, f"{name}: the reference's ragged_commit_plan changed"
+        path = submissions / name.replace(" ", "_").replace("'", "") / "ladref" / "batch.py"
+        path.parent.mkdir(parents=True)
+        path.write_text(reference.replace(right, wrong, 1) if right else reference)
+    grades = {g.submission.name: g.tasks[0] for g in autograde.grade_folder(submissions, tmp_path / "grades", ["task1_6"], seed=0)}
+    assert grades["right"].score == 10
+    for name in WRONG_PLANS:
+        graded = grades[name.replace(" ", "_").replace("'", "")]
+        assert graded.score < 5, f"{name} scores {graded.score}"
+        by_group = {g.name: g.fraction for g in graded.groups}
+        assert by_group["plan"] < 1 and by_group["a batch driven by hand"] < 1, (name, by_group)  # wrong moves, wrong cache
+
+
 def run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | env
     return subprocess.run(cmd, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600)

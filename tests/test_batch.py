@@ -10,10 +10,12 @@ from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
 from families import peaky_model
 from test_sampling import ALPHA, PROMPT, chi_square_p, exact_joint, joint_counts
 
-from ladref import (BatchResult, DecodeResult, JacobiProposer, LookaheadConfig, PromptLookupProposer, adaptive_decode,
+from ladref import (BatchResult, DecodeResult, DraftTree, JacobiProposer, LookaheadConfig, PromptLookupProposer, adaptive_decode,
                     draft_decode, greedy_decode, jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode,
                     sample_decode)
 from ladref.fast.cost import CostModel
+from ladref.fast.policy import DraftPolicy, Load
+from ladref.fast.surface import CostSurface
 from ladref.sampling import Warp
 
 BATCHED = {
@@ -23,7 +25,10 @@ BATCHED = {
     "prompt_lookup": lambda m, ids, n, **kw: prompt_lookup_decode(m, ids, n, draft_len=4, **kw),
     "recycling": lambda m, ids, n, **kw: recycling_decode(m, ids, n, **kw),
     "draft": lambda m, ids, n, **kw: draft_decode(m, ids, n, proposers=[JacobiProposer(2), PromptLookupProposer(3)], **kw),
+    "adaptive": lambda m, ids, n, **kw: adaptive_decode(m, ids, n, cost=CostSurface.roofline(0.01, 0.0001), **kw),
 }
+CPU_LIKE = CostSurface.roofline(0.015, 0.004)  # ridge ~4 tokens: a batch of 8 greedy rows is compute-bound
+GPU_LIKE = CostSurface.roofline(0.01, 0.00002)  # ridge ~500 tokens: flat for every batch here
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -71,7 +76,9 @@ def test_finished_rows_leave_the_forward_passes():
     finally:
         handle.remove()
     assert [len(t) for t in result.token_ids] == [2, 5, 3]
-    assert widths == [3, 3, 2, 1, 1] and result.passes == 5  # a row's budget spent: the next pass runs without it
+    # the first pass runs each prompt alone (no padding to the longest); then a row whose budget is
+    # spent leaves: the next pass runs without it
+    assert widths == [1, 1, 1, 3, 2, 1, 1] and result.passes == 5
 
 
 def test_sampling_a_batch_keeps_each_rows_distribution():
@@ -130,6 +137,43 @@ def test_bad_batches_are_refused_before_any_forward(no_forward, name, ids, kwarg
         BATCHED[name](no_forward, ids, n, **kwargs)
 
 
-def test_decoders_without_a_batch_say_so(no_forward):
-    with pytest.raises(ValueError, match="adaptive_decode takes one prompt per call"):
+def test_adaptive_needs_a_cost_surface_for_a_batch(no_forward):
+    with pytest.raises(ValueError, match="a CostModel prices one prompt's steps; for a batch pass cost=CostSurface"):
         adaptive_decode(no_forward, [[1, 2], [3]], 4, cost=CostModel.flat(8))
+
+
+def drafted(result: BatchResult) -> list[int]:
+    """Each row's draft and window tokens fed, over the whole call."""
+    return [sum(r.stats.draft_tokens_per_step) + sum(r.stats.window_tokens_per_step) for r in result]
+
+
+def test_adaptive_on_a_batch_stops_drafting_where_the_batch_is_compute_bound():
+    model = tiny_model("llama", 16, 0)  # its greedy texts cycle: prompt lookup's drafts are soon accepted
+    batch = [[1, 2, 3], [4, 5], [7, 1], [9], [2, 2, 8], [11, 3], [6], [13, 14, 15]]
+    alone = adaptive_decode(model, batch[0], 40, cost=CPU_LIKE, eos_token_id=[])
+    assert sum(alone.stats.draft_tokens_per_step) > 0  # one row alone is weight-bound: drafts pay
+    greedy = [greedy_decode(model, p, 40, eos_token_id=[]).token_ids for p in batch]
+    cpu, gpu = (adaptive_decode(model, batch, 40, cost=surface, eos_token_id=[]) for surface in (CPU_LIKE, GPU_LIKE))
+    assert [r.token_ids for r in cpu] == [r.token_ids for r in gpu] == greedy
+    # a pass of 8 rows still costs one weight read: every row drafts, and the batch needs far fewer passes
+    assert min(drafted(gpu)) / gpu.passes > 2 and gpu.passes < 30
+    # 8 rows already fill the compute: a draft that widens the pass makes all 8 rows' passes dearer
+    assert drafted(cpu) == [0] * len(batch) and cpu.passes == 41  # the prompts' pass, then one per token
+
+
+def test_a_row_prices_the_whole_pass_padding_included():
+    cost = CostSurface.roofline(0.015, 0.004, batches=(1, 2, 4)).at(4)  # 4 rows: t(q) = 16 q ms, compute-bound
+    policy = DraftPolicy(cost)
+    tree = DraftTree.from_paths([[1, 2, 3, 4, 5]], "prompt_lookup")  # five nodes, each worth the prior rate 1/3 of its parent
+    alone = policy.choose([tree], kv=0)
+    assert len(alone.tree) == 0  # a wider pass costs every row: these drafts do not pay
+    free = policy.choose([tree], kv=0, load=Load(others=3.0, floor=6))  # another row feeds 6 tokens for its own sake
+    assert len(free.tree) == 5 and free.own_width == 1  # up to its width they cost nothing, but they are not this row's reason
+
+
+def test_rows_that_finish_make_the_others_price_a_smaller_batch():
+    model = tiny_model("llama", 16, 0)
+    batch = [[1, 2, 3]] + [[4, 5]] * 7
+    result = adaptive_decode(model, batch, [40] + [2] * 7, cost=CPU_LIKE, eos_token_id=[])
+    fed = result[0].stats.forward_tokens_per_step
+    assert fed[:2] == [1, 1] and max(fed[2:]) > 1  # alone after two passes, the long row drafts again

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
-PLOTS = {"01", "03", "05", "06", "08"}  # tutorials whose pages must show at least one image (as in test_tutorials.py)
+PLOTS = {"01", "03", "05", "06", "08", "09"}  # tutorials whose pages must show at least one image (as in test_tutorials.py)
 
 for module in ("mkdocs", "material", "mkdocstrings", "mkdocs_jupyter", "latex2mathml"):
     pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[dev]')")
@@ -225,7 +225,7 @@ def test_mkdocs_build_strict(tmp_path, executed_tutorials):
     assignments = (site / "assignments" / "index.html").read_text()
     assert "make_student.py" in assignments  # snippet included
     assert '<code class="nowrap">ladref/sources/ngram_pool.py</code>' in assignments  # file names kept whole
-    assert all(f"Task {t}" in assignments for t in ("1.1", "1.2", "1.3", "1.4", "1.5"))  # every handout
+    assert all(f"Task {t}" in assignments for t in ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6"))  # every handout
     assert "<!-- course-kit" not in assignments
     first = re.search(r'id="(ladref\.[\w.]+)"', api).group(1)
     assert first == "ladref.greedy.greedy_decode", f"the Decoders page opens with {first}"

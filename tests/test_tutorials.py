@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
-PLOTS = {"01", "03", "05", "06", "08"}  # tutorials that must show at least one image
+PLOTS = {"01", "03", "05", "06", "08", "09"}  # tutorials that must show at least one image
 
 
 def load(name: str):
@@ -27,8 +27,8 @@ def load(name: str):
     return module
 
 
-def test_eight_tutorials_in_percent_format():
-    assert [t.name[:2] for t in TUTORIALS] == ["01", "02", "03", "04", "05", "06", "07", "08"]
+def test_nine_tutorials_in_percent_format():
+    assert [t.name[:2] for t in TUTORIALS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"]
     for source in TUTORIALS:
         text = source.read_text()
         assert "#     formats: py:percent" in text and "# %% [markdown]" in text, source.name

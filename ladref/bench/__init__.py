@@ -8,7 +8,10 @@ Modules: `cli` (the ``python -m ladref`` dispatcher), `demo`, `benchmark` (the b
 `measure` (run decoders interleaved), `report` (tables and files), `autotune`, `scaling`,
 `flops`, `agreement` (outputs against generate and greedy), `hf` (transformers' generate and prompt
 lookup as a peer decoder), `datasets` (HumanEval, MT-bench, GSM8K and Spec-Bench prompts, offline),
-`leaderboard` (Spec-Bench's layout), `context` (speed against prompt length) and `runinfo`.
+`leaderboard` (Spec-Bench's layout), `context` (speed against prompt length), `cost` (the cost
+curve and surface), `load` (speculation under load: batches of every size, with `engines`, the
+serving engines' rules for drafting under load, and `load_report`), `figures` (the figures' shared
+frame) and `runinfo`.
 """
 
 from .datasets import DATASETS, Prompt, encode_prompts, load_prompts

@@ -10,11 +10,14 @@ Examples::
     python -m ladref bench --dataset gsm8k --limit 3 --scaling                     # the scaling-law sweep and figure
     python -m ladref bench --context-length --limit 30 --config 15/5/15 --config 4/4/4  # S and speed vs prompt length
     python -m ladref bench --cost --threads 2                                       # the step-cost curve t(q, kv)
+    python -m ladref bench --cost --batch 1,2,4,8,16 --threads 2                    # ... and the surface t(q, kv, B)
+    python -m ladref bench --dataset specbench --limit 6 --batch 1,2,4,8,16 --lookup-tokens 4  # speculation under load
 
 Results go to a fresh folder, ``runs/bench-<date>-<time>/``, unless ``--out`` names one.
 The library functions live in `ladref.bench.measure` (measuring), `ladref.bench.report`
 (tables, files), `ladref.bench.leaderboard` (Spec-Bench's layout), `ladref.bench.agreement`,
-`ladref.bench.autotune`, `ladref.bench.scaling`, `ladref.bench.context` and `ladref.bench.cost`;
+`ladref.bench.autotune`, `ladref.bench.scaling`, `ladref.bench.context`, `ladref.bench.cost` and
+`ladref.bench.load` (with `ladref.bench.engines` and `ladref.bench.load_report`);
 this module only parses, prints and saves.
 """
 
@@ -33,8 +36,9 @@ import torch
 from ..config import LookaheadConfig
 from ..kernels import ATTENTION_BACKENDS
 from .cost import add_arguments as add_cost_arguments
-from .cost import run_cost
+from .cost import run_cost, run_cost_surface
 from .datasets import canonical_dataset, dataset_names, encode_prompts, load_prompts
+from .load import LOAD_METHODS, canonical_load_method
 from .leaderboard import REFERENCE_SOURCE, leaderboard, leaderboard_dicts, leaderboard_markdown, save_leaderboard_csv
 from .measure import BenchSettings, run_bench
 from .methods import METHOD_ALIASES, METHODS, canonical_method, config_label
@@ -224,11 +228,13 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     datasets = _names(args.dataset, canonical_dataset, ["specbench" if args.context_length else "gsm8k"])
-    methods = _names(args.method, canonical_method, ["lookahead"])
+    under_load = bool(args.batch) and not args.cost
+    methods = _names(args.method, canonical_load_method, list(LOAD_METHODS)) if under_load else \
+        _names(args.method, canonical_method, ["lookahead"])
     args.out = str(args.out or default_out())
     W = args.window
     configs = tuple(args.config or [LookaheadConfig(W, args.ngram, W if args.candidates is None else args.candidates)])
-    settings = BenchSettings(tuple(methods), configs, args.block_size or configs[0].window_size, args.lookup_tokens,
+    settings = BenchSettings(tuple(methods) if not under_load else ("greedy",), configs, args.block_size or configs[0].window_size, args.lookup_tokens,
                              args.max_new_tokens, attention_backend=args.attention_backend,
                              compile_mode=None if args.compile_mode == "none" else args.compile_mode,
                              compile_dir=args.compile_dir)
@@ -237,7 +243,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"model SmolLM2-135M-Instruct on {meta['device']} ({meta['machine']}, {meta['dtype']}); torch {meta['torch']}, "
           f"transformers {meta['transformers']}; results to {args.out}")
     if args.cost:
-        return run_cost(model, args, meta)
+        return (run_cost_surface if args.batch else run_cost)(model, args, meta)
+    if under_load:
+        from .load_report import run_load_command
+
+        return run_load_command(model, tokenizer, datasets, methods, args, meta)
     if args.agreement:
         _agreement(model, datasets, tokenizer, settings, args, meta)
         return 0

@@ -1,6 +1,7 @@
 """``python -m ladref bench --cost``: measure the step-cost curve t(q, kv), print it and plot it.
 
     python -m ladref bench --cost --threads 2 --kv-lengths 128,512,1024 --figure docs/img/cost_curve_cpu.png
+    python -m ladref bench --cost --batch 1,2,4,8,16 --threads 2 --kv-lengths 128,512   # the surface t(q, kv, B)
 
 The measuring and the model live in the core (`ladref.fast.cost`); this module parses, prints and draws.
 """
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 from ..fast.cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
+from ..fast.surface import BATCH_WIDTHS, CostSurface
+from .figures import log2_axis, panels, save
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -26,10 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``bench --cost``."""
     add = parser.add_argument
     add("--widths", type=_ints, default=None, metavar="Q,Q,...",
-        help="--cost: step widths q to time, from 1 (default 1,2,3,4,6,8,12,16,24,32,48,64 on CPU, up to 256 on GPU)")
+        help="--cost: step widths q to time, from 1 (default 1,2,3,4,6,8,12,16,24,32,48,64 on CPU, up to 256 on GPU; "
+        "with --batch 1,2,3,4,6,8,12,16)")
     add("--kv-lengths", type=_ints, default=DEFAULT_KV_LENGTHS, metavar="KV,KV,...",
         help="--cost: KV-cache lengths to time at (default 128,512,1024)")
     add("--repeats", type=int, default=5, help="--cost: timed passes per (q, kv), the median kept (default 5)")
+    add("--batch", type=_ints, default=None, metavar="B,B,...",
+        help="with --cost: measure the surface t(q, kv, B) at these batch sizes (from 1); with a --dataset: the "
+             "speculation-under-load benchmark at these batch sizes (ladref.bench.load)")
+    add("--threshold", type=int, default=4, help="--batch: the threshold rule drafts while the batch has at most this many rows (default 4)")
+    add("--surface", default=None, help="--batch: a saved cost surface (JSON) to price steps with, instead of measuring it")
 
 
 def cost_lines(cost: CostModel) -> list[str]:
@@ -46,14 +55,7 @@ def cost_lines(cost: CostModel) -> list[str]:
 
 def plot_cost(cost: CostModel, path: str | Path, title: str) -> Path:
     """Save t(q) and t(q)/t(1) against q (log2 axis), one line per KV length (matplotlib's Agg canvas)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ModuleNotFoundError as err:
-        raise ModuleNotFoundError("plot_cost needs matplotlib: pip install matplotlib") from err
-    fig = Figure(figsize=(10, 4.2))
-    FigureCanvasAgg(fig)
-    ax_t, ax_r = fig.subplots(1, 2)
+    fig, ax_t, ax_r = panels()
     for kv in cost.kv_lengths:
         times = cost.times(kv)
         ax_t.plot(list(times), [1e3 * t for t in times.values()], marker="o", label=f"KV length {kv}")
@@ -61,19 +63,8 @@ def plot_cost(cost: CostModel, path: str | Path, title: str) -> Path:
     ax_r.plot(cost.widths, cost.widths, ls="--", color="gray", label="q (every fed token accepted)")
     ax_r.set_yscale("log", base=2)
     for ax, label in ((ax_t, "t(q), ms per step"), (ax_r, "t(q) / t(1): tokens a step must yield")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(cost.widths, [str(q) for q in cost.widths], fontsize=8)
-        ax.yaxis.set_major_formatter("{x:g}")
-        ax.set_xlabel("tokens fed per step q, log2 scale")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+        log2_axis(ax, "tokens fed per step q, log2 scale", label, cost.widths)
+    return save(fig, path, title)
 
 
 def run_cost(model, args: argparse.Namespace, meta: dict) -> int:
@@ -97,5 +88,49 @@ def run_cost(model, args: argparse.Namespace, meta: dict) -> int:
     out = cost.save(Path(args.out) / f"cost_{device}.json", meta=dict(meta, repeats=args.repeats))
     figure = plot_cost(cost, args.figure or Path(args.out) / f"cost_{device}.png",
                        f"Step cost of SmolLM2-135M-Instruct ({meta['dtype']}), {device.upper()}: {meta['machine']}")
+    print(f"saved {out} and {figure}")
+    return 0
+
+
+def surface_lines(surface: CostSurface, kv: int) -> list[str]:
+    """One markdown table at KV length `kv`: per q, t(q, B) ms and B q / t(q, B) tokens fed per second, every B."""
+    head = " | ".join(f"B={b} ms | B={b} tok/s" for b in surface.batches)
+    lines = [f"KV length {kv}", "", f"| q | {head} |", "|---|" + "---|---|" * len(surface.batches)]
+    for q in surface.widths:
+        cells = " | ".join(f"{1e3 * surface.time(q, kv, b):.1f} | {b * q / surface.time(q, kv, b):.0f}" for b in surface.batches)
+        lines.append(f"| {q} | {cells} |")
+    return lines + [""]
+
+
+def plot_surface(surface: CostSurface, kv: int, path: str | Path, title: str) -> Path:
+    """Save t(q, B) / t(1, B), the tokens each row's step must yield, and the tokens fed per second, one line per B."""
+    fig, ax_r, ax_t = panels()
+    for b in surface.batches:
+        ax_r.plot(surface.widths, [surface.relative(q, kv, b) for q in surface.widths], marker="o", label=f"B = {b}")
+        ax_t.plot(surface.widths, [b * q / surface.time(q, kv, b) for q in surface.widths], marker="o", label=f"B = {b}")
+    ax_r.plot(surface.widths, surface.widths, ls="--", color="gray", label="q (every fed token accepted)")
+    for ax, label in ((ax_r, "t(q, B) / t(1, B): tokens a row's step must yield"), (ax_t, "tokens fed per second, B q / t(q, B)")):
+        ax.set_yscale("log", base=2)
+        log2_axis(ax, "tokens fed per row per step q, log2 scale", label, surface.widths)
+    return save(fig, path, title)
+
+
+def run_cost_surface(model, args: argparse.Namespace, meta: dict) -> int:
+    """``bench --cost --batch 1,2,4``: measure the surface t(q, kv, B), print its tables, save JSON and figure."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc="cost t(q, kv, B)", unit="pass", file=sys.stderr, disable=args.no_progress)
+    surface = CostSurface.measure(model, args.batch, args.widths or BATCH_WIDTHS, args.kv_lengths, args.repeats,
+                                  args.attention_backend, progress=lambda done, total: bar.update(1))
+    bar.close()
+    print(f"\nstep cost t(q, kv, B), median of {args.repeats} batched passes: {surface.label}\n")
+    for kv in surface.kv_lengths:
+        print("\n".join(surface_lines(surface, kv)))
+    device = model.device.type
+    meta = {key: value for key, value in meta.items() if key != "autotune"}
+    out = surface.save(Path(args.out) / f"cost_surface_{device}.json", meta=dict(meta, repeats=args.repeats))
+    figure = plot_surface(surface, surface.kv_lengths[0], args.figure or Path(args.out) / f"cost_surface_{device}.png",
+                          f"Batched step cost of SmolLM2-135M-Instruct ({meta['dtype']}), {device.upper()}, "
+                          f"KV length {surface.kv_lengths[0]}: {meta['machine']}")
     print(f"saved {out} and {figure}")
     return 0

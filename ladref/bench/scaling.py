@@ -17,6 +17,7 @@ import torch
 
 from ..config import LookaheadConfig
 from ..sources.lookahead import lookahead_decode
+from .figures import log2_axis, panels, save
 
 DEFAULT_WINDOWS = (1, 2, 4, 8, 16)
 DEFAULT_NGRAMS = (3, 5, 7)
@@ -152,16 +153,9 @@ def plot_scaling(points: Sequence[ScalingPoint], path: str | Path, title: str = 
     Returns:
         The path written.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ModuleNotFoundError as err:
-        raise ModuleNotFoundError("plot_scaling needs matplotlib: pip install matplotlib") from err
     if not points:
         raise ValueError("plot_scaling needs at least one point")
-    fig = Figure(figsize=(10, 4.2))
-    FigureCanvasAgg(fig)
-    ax_s, ax_steps = fig.subplots(1, 2)
+    fig, ax_s, ax_steps = panels()
     for n in sorted({p.ngram for p in points}):
         group = sorted((p for p in points if p.ngram == n), key=lambda p: p.step_tokens)
         xs = [p.step_tokens for p in group]
@@ -170,14 +164,6 @@ def plot_scaling(points: Sequence[ScalingPoint], path: str | Path, title: str = 
         for p in group:
             ax_s.annotate(f"W={p.window}", (p.step_tokens, p.compression), fontsize=7, textcoords="offset points", xytext=(3, 3))
     for ax, label in ((ax_s, "S = tokens / step"), (ax_steps, "decoding steps (all prompts)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("per-step tokens (N-1)(W+G), log2 scale")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
+        log2_axis(ax, "per-step tokens (N-1)(W+G), log2 scale", label, legend_size=None)
         ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+    return save(fig, path, title)

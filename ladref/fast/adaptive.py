@@ -15,12 +15,13 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from ..batch import batch_prompts
+from ..batch import RowRunner, copy_for_row, decode_rows
+from ..rows import batch_prompts
 from ..call import DecodeCall
 from ..config import LookaheadConfig
-from ..options import CallOptions, DecodeOptions, accept
+from ..options import BatchCallOptions, DecodeOptions, accept
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
-from ..results import DecodeResult
+from ..results import BatchResult, DecodeResult
 from ..runner import ModelFacts, Runner
 from ..sampling import chooser_for
 from ..sources.lookahead import LookaheadProposer
@@ -28,9 +29,10 @@ from ..sources.prompt_lookup import PromptLookupProposer
 from ..sources.recycling import RecyclingProposer
 from ..step import run_drafting
 from ..tree import DraftTree
-from ..types import TokenIds
+from ..types import Budget, Prompts, TokenIds
 from .cost import DEFAULT_KV_LENGTHS, CostCache, CostModel, default_widths
-from .policy import DraftPolicy, PolicySettings
+from .policy import DraftPolicy, Load, PolicySettings
+from .surface import CostSurface, batches_up_to, cached_surface
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
 
@@ -57,19 +59,36 @@ def kv_lengths_for(model: torch.nn.Module, runner: Runner | None = None) -> tupl
 
 class PolicyChoice:
     """The loop's `ladref.step.StepChoice` for adaptive decoding: a `DraftPolicy` picks each step's
-    nodes and window, learns acceptance from the accepted tokens and the cost from step times."""
+    nodes and window, learns acceptance from the accepted tokens and the cost from step times.
 
-    def __init__(self, policy: DraftPolicy) -> None:
-        self.policy = policy
+    In a batch, each step is priced on the curve of the batch it runs in (`CostSurface.at` of the
+    runner's `rows`, read again at every step: rows that finish make the next passes cheaper), and
+    for the pass as a whole (`Load`): the other rows' tokens count in its yield, and its width is
+    the widest row's, so a draft within the width another row feeds for its own sake is free,
+    and one that widens the pass must pay for every row's time.
+    """
+
+    def __init__(self, policy: DraftPolicy, surface: CostSurface | None = None, runner: Runner | None = None) -> None:
+        self.policy, self.rows = policy, 1
+        self.surface = CostSurface.of(policy.cost) if surface is None else surface  # None: one prompt, the policy's curve
+        self.row = runner if isinstance(runner, RowRunner) else None  # a row of a batch, or None
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
+        if self.row is not None and self.row.rows != self.rows:
+            self.rows = self.row.rows
+            self.policy.cost = self.surface.at(self.rows)
+        load = Load() if self.row is None else Load(*self.row.others())
         self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
-        choice = self.policy.choose(trees, kv, window_cells, evidence)
+        choice = self.policy.choose(trees, kv, window_cells, evidence, load)
         self.policy.watch(choice.probe, choice.probe_expected)  # what drafting alone would feed: checked, fed or not
+        if self.row is not None:
+            self.row.own_width = choice.own_width  # what the other rows may count on this pass being
         return choice.tree, choice.window
 
     def observe(self, tokens: Sequence[int]) -> None:
         self.policy.observe(tokens)
+        if self.row is not None:  # the tokens per step the other rows count on
+            self.row.tokens = 0.8 * self.row.tokens + 0.2 * len(tokens)
 
     def timed(self, fed: int, kv: int, seconds: float) -> None:
         self.policy.timed(fed, kv, seconds)
@@ -80,33 +99,36 @@ class AdaptiveDecoder:
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        cost: the step-cost curve; default: taken from `cache` (`CostCache.get`), measured there
-            the first time.
+        cost: the step-cost curve (`CostModel`), or for batches the surface t(q, kv, B)
+            (`ladref.fast.surface.CostSurface`); default: taken from `cache` (`CostCache.get`),
+            measured there the first time (for a batch of B: the batched passes up to B, once).
         cache: where to look for (and keep) a measured curve; ignored when `cost` is given.
             Default `CostCache.default()`: the user's cache file, so only the first decoder on a
             machine measures (17-30 s for SmolLM2-135M on 2 idle CPU cores); `CostCache()` keeps
             the curve in that object only.
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).
-        runner: a runner to reuse across calls (e.g. a compiled static runner); default a fresh
-            `ModelRunner` per call. Its ``widths``, when it has them, are the only step widths used.
+        runner: a runner to reuse across calls (e.g. a compiled static runner; one prompt per
+            call); default a fresh `ModelRunner` per call. Its ``widths``, when it has them, are
+            the only step widths used.
         keep_learning: keep the learned acceptance across calls (False: each call starts afresh).
         calibrate: correct the curve by the time every step actually takes (`DraftPolicy.timed`);
             None (default): on when the curve is measured here (`cost` omitted), off for a curve
             passed in, which is then taken as it is (a synthetic one means exactly what it says).
+            Off for the rows of a batch (a row's step time includes waiting for the others).
         attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).
 
     Attributes:
-        policy: the `DraftPolicy` of the last call (its rates show what it learned).
+        policy: the `DraftPolicy` of the last call (of its first row, for a batch).
         cost_cache: the `CostCache` the curve came from (None when `cost` was given).
     """
 
-    def __init__(self, model: torch.nn.Module, *, cost: CostModel | None = None, cache: CostCache | None = None,
+    def __init__(self, model: torch.nn.Module, *, cost: CostModel | CostSurface | None = None, cache: CostCache | None = None,
                  proposers: Sequence[Proposer] | None = None, window: LookaheadConfig | None = DEFAULT_WINDOW,
                  runner: Runner | None = None, keep_learning: bool = False, calibrate: bool | None = None,
                  attention_backend: str = "auto") -> None:
-        if cost is not None and not isinstance(cost, CostModel):
-            raise TypeError(f"cost must be a CostModel, got {type(cost).__name__}")
+        if cost is not None and not isinstance(cost, (CostModel, CostSurface)):
+            raise TypeError(f"cost must be a CostModel or a CostSurface, got {type(cost).__name__}")
         self.model, self.runner, self.attention_backend = model, runner, attention_backend
         self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
         self.calibrate = cost is None if calibrate is None else bool(calibrate)
@@ -114,65 +136,93 @@ class AdaptiveDecoder:
         self.widths = None if runner is None else runner.widths
         if cache is not None:
             CostCache.given(cache)  # checked even when `cost` makes it unused
+        self.surface = cost if isinstance(cost, CostSurface) else None
         if cost is None:  # measured at the runner's widths when it has them (the only ones it can take)
             self.cost_cache = CostCache.given(cache)
             cost = self.cost_cache.get(model, runner, widths=self.widths, kv_lengths=kv_lengths_for(model, runner),
                                        attention_backend=attention_backend)
-        self.cost, self.keep_learning = cost, keep_learning
-        self.policy = DraftPolicy(cost, self.widths, PolicySettings(calibrate=self.calibrate))
+        self.cost = cost.at(1) if isinstance(cost, CostSurface) else cost
+        self.keep_learning = keep_learning
+        self.policy = DraftPolicy(self.cost, self.widths, PolicySettings(calibrate=self.calibrate))
 
-    def __call__(self, input_ids: TokenIds, max_new_tokens: int = 64, **options: Unpack[CallOptions]) -> DecodeResult:
-        """Decode one prompt (arguments as `adaptive_decode`; the attention backend is the decoder's)."""
-        chooser = chooser_for(accept("AdaptiveDecoder.__call__", options, CallOptions))
+    def surface_for(self, rows: int) -> CostSurface:
+        """The surface a batch of `rows` prices its steps with: the one given, or measured in the cache."""
+        if self.surface is not None:
+            return self.surface
+        if self.cost_cache is None:
+            raise ValueError("a CostModel prices one prompt's steps; for a batch pass cost=CostSurface(...) "
+                             "(ladref.fast.surface), or no cost to measure the batched passes")
+        if self.runner is not None:
+            raise ValueError("an AdaptiveDecoder with its own runner decodes one prompt per call")
+        return cached_surface(self.cost_cache, self.model, batches_up_to(rows), kv_lengths=kv_lengths_for(self.model),
+                              attention_backend=self.attention_backend)
+
+    def __call__(self, input_ids: Prompts, max_new_tokens: Budget = 64, **options: Unpack[BatchCallOptions]) -> DecodeResult | BatchResult:
+        """Decode one prompt, or a batch (arguments as `adaptive_decode`; the attention backend is the decoder's)."""
+        options = {**accept("AdaptiveDecoder.__call__", options, BatchCallOptions), "attention_backend": self.attention_backend}
+        prompts = batch_prompts(input_ids, options.get("attention_mask"))
+        surface = CostSurface.of(self.cost) if prompts is None else self.surface_for(len(prompts))
+        reach = step_needs(self.proposers, MAX_DRAFT_DEPTH).reach
+
+        def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, row_options: BatchCallOptions) -> DecodeResult:
+            call = DecodeCall.begin(self.model, prompt, new_tokens, reach, row_options, runner or self.runner)
+            choice = PolicyChoice(self._policy(runner, surface), surface, call.runner)
+            with torch.inference_mode():
+                run_drafting(call.runner, call.prompt, copy_for_row(self.proposers, runner), call.sink, call.stats,
+                             chooser_for(row_options), call.position_limit, choice)
+            return call.finish("adaptive")
+
+        return decode_rows(self.model, input_ids, max_new_tokens, options, one)
+
+    def _policy(self, runner: Runner | None, surface: CostSurface) -> DraftPolicy:
+        """A prompt's policy: the decoder's (fresh unless `keep_learning`); a row of a batch's, its own."""
+        if runner is not None:  # a row of a batch: priced on the batch's curve, not calibrated
+            return DraftPolicy(surface.at(runner.rows), None, PolicySettings(calibrate=False))
         if not self.keep_learning:
             self.policy = DraftPolicy(self.cost, self.widths, PolicySettings(calibrate=self.calibrate))
-        reach = step_needs(self.proposers, MAX_DRAFT_DEPTH).reach
-        call = DecodeCall.begin(self.model, input_ids, max_new_tokens, reach,
-                                {**options, "attention_backend": self.attention_backend}, self.runner)
-        with torch.inference_mode():
-            run_drafting(call.runner, call.prompt, self.proposers, call.sink, call.stats, chooser, call.position_limit,
-                         PolicyChoice(self.policy))
-        return call.finish("adaptive")
+        return self.policy
 
 
 def adaptive_decode(
     model: torch.nn.Module,
-    input_ids: TokenIds,
-    max_new_tokens: int = 64,
+    input_ids: Prompts,
+    max_new_tokens: Budget = 64,
     *,
-    cost: CostModel | None = None,
+    cost: CostModel | CostSurface | None = None,
     cache: CostCache | None = None,
     proposers: Sequence[Proposer] | None = None,
     window: LookaheadConfig | None = DEFAULT_WINDOW,
     **options: Unpack[DecodeOptions],
-) -> DecodeResult:
+) -> DecodeResult | BatchResult:
     """Decoding that drafts only what this machine can afford; greedy output identical to `greedy_decode`.
 
     Each step proposes drafts from every source (prompt lookup, the lookahead window's n-gram pool,
     Token Recycling), then feeds the subset, and the window or not, that maximises expected tokens
     per second under the measured cost curve and the acceptance learned so far (`DraftPolicy`).
+    In a batch of B rows each row decides for itself, pricing its step on the curve of a pass of
+    B rows (`ladref.fast.surface.CostSurface.at`): where B rows already fill the machine's compute,
+    a draft makes every pass dearer and the rows stop drafting by themselves.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints.
-        max_new_tokens: most tokens to generate.
-        cost: the step-cost curve of this machine; default: from `cache`.
+        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
+        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
+        cost: the step-cost curve of this machine (`CostModel`; for a batch, a `CostSurface`);
+            default: from `cache`.
         cache: the `ladref.fast.cost.CostCache` to take the curve from, measured there once per model,
             runner and machine. Default `CostCache.default()`, a file in the user's cache folder
             (`ladref.fast.cost.default_cache_path`): the first call on a machine measures the curve
-            (17-30 s for SmolLM2-135M on 2 idle CPU cores), every later call and process reads it.
+            (17-30 s for SmolLM2-135M on 2 idle CPU cores), every later call and process reads it;
+            a batch's first call on a machine measures the batched passes up to its size, once.
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
             ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
-        `DecodeResult` with method "adaptive".
+        `DecodeResult` with method "adaptive" (a `BatchResult` of them for a batch).
     """
     options = dict(accept("adaptive_decode", options, DecodeOptions))
-    if batch_prompts(input_ids, options.pop("attention_mask", None)) is not None:
-        raise ValueError("adaptive_decode takes one prompt per call (its policy prices a single row's step); "
-                         "decode a batch with greedy_decode or a draft decoder")
     backend = options.pop("attention_backend", "auto")  # the decoder's, for every call
     decoder = AdaptiveDecoder(model, cost=cost, cache=cache, proposers=proposers, window=window, attention_backend=backend)
     return decoder(input_ids, max_new_tokens, **options)

@@ -32,7 +32,7 @@ import numbers
 import os
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +53,7 @@ def default_widths(device: torch.device) -> tuple[int, ...]:
     return CPU_WIDTHS if device.type == "cpu" else GPU_WIDTHS
 
 
-def _check_axis(name: str, values: Sequence[int], low: int) -> tuple[int, ...]:
+def check_axis(name: str, values: Sequence[int], low: int) -> tuple[int, ...]:
     values = tuple(values)
     if not values:
         raise ValueError(f"the cost curve is empty: no {name}")
@@ -96,7 +96,7 @@ class CostModel:
     label: str = ""
 
     def __post_init__(self) -> None:
-        widths, kv = _check_axis("widths", self.widths, 1), _check_axis("kv_lengths", self.kv_lengths, 0)
+        widths, kv = check_axis("widths", self.widths, 1), check_axis("kv_lengths", self.kv_lengths, 0)
         rows = tuple(tuple(row) for row in self.seconds)
         if len(rows) != len(kv) or any(len(row) != len(widths) for row in rows):
             raise ValueError(f"seconds must hold {len(kv)} rows (one per KV length) of {len(widths)} times "
@@ -183,8 +183,8 @@ class CostModel:
             progress: called after every pass with (passes done, passes in all).
         """
         runner = ModelRunner(model, attention_backend) if runner is None else runner
-        widths = _check_axis("widths", default_widths(runner.device) if widths is None else widths, 1)
-        kv_lengths = _check_axis("kv_lengths", kv_lengths, 1)
+        widths = check_axis("widths", default_widths(runner.device) if widths is None else widths, 1)
+        kv_lengths = check_axis("kv_lengths", kv_lengths, 1)
         check_int("repeats", repeats, 1)
         seconds = measure_steps(model, runner, widths, kv_lengths, repeats, progress)
         return cls(widths, kv_lengths, seconds, describe(model, runner))
@@ -308,17 +308,22 @@ class CostCache:
         """
         runner = ModelRunner(model, attention_backend) if runner is None else runner
         widths = default_widths(runner.device) if widths is None else tuple(widths)
-        key = self.key(model, runner, widths, kv_lengths)
+        return self.remember(self.key(model, runner, widths, kv_lengths),
+                             lambda: CostModel.measure(model, widths, kv_lengths, repeats, runner, progress=progress))
+
+    def remember(self, key: str, measure: Callable[[], CostModel]) -> CostModel:
+        """The curve kept under `key` (in memory, or in the file since another process wrote it), else
+        ``measure()``, kept and written back to the file."""
         if key not in self.models and self.path is not None:  # another process may have measured it meanwhile
             self.models.update(self._on_disk())
         if key not in self.models:
-            self.models[key] = CostModel.measure(model, widths, kv_lengths, repeats, runner, progress=progress)
+            self.models[key] = measure()
             if self.path is not None:
                 try:
                     self.save(self.path)
                 except OSError as error:
                     warnings.warn(f"could not write the measured cost curve to {self.path} ({error}); it is kept in "
-                                  "memory only, so a later process measures it again", stacklevel=2)
+                                  "memory only, so a later process measures it again", stacklevel=3)
         return self.models[key]
 
     def _on_disk(self) -> dict[str, CostModel]:

@@ -127,6 +127,20 @@ class ProbeTally:
 
 
 @dataclass(frozen=True)
+class Load:
+    """The rest of the batch a row's step runs in: what its pass yields and costs without this row.
+
+    Attributes:
+        others: the tokens the batch's other rows are expected to yield in the pass (0: alone).
+        floor: the width the pass is padded to anyway, the widest step the other rows feed for their
+            own sake (1: none wider than a greedy step); up to it, this row's tokens cost nothing.
+    """
+
+    others: float = 0.0
+    floor: int = 1
+
+
+@dataclass(frozen=True)
 class Choice:
     """What `DraftPolicy.choose` found worth feeding this step.
 
@@ -137,6 +151,8 @@ class Choice:
         probe: the best draft-only step's nodes (no window, at least one node), to be checked
             against the coming tokens whether fed or not (`DraftPolicy.watch`); None: no node fits.
         probe_expected: the draft tokens the probe is expected to get accepted (before trust).
+        own_width: the step's width had the pass not been padded anyway (`Load.floor` 1): the width
+            this row feeds for its own sake, what the other rows of a batch may count on.
     """
 
     tree: DraftTree
@@ -144,6 +160,7 @@ class Choice:
     rate: float
     probe: DraftTree | None
     probe_expected: float
+    own_width: int = 1
 
 
 @dataclass
@@ -289,7 +306,7 @@ class DraftPolicy:
         return self.widths[-1] if self.widths is not None else self.cost.max_width
 
     def choose(self, trees: Sequence[DraftTree], kv: int, window_cells: int | None = None,
-               evidence: Sequence[int] | None = None) -> Choice:
+               evidence: Sequence[int] | None = None, load: Load = Load()) -> Choice:
         """The drafts and window worth feeding this step, and its probe (to `watch`: not watched here).
 
         Args:
@@ -297,24 +314,27 @@ class DraftPolicy:
             kv: the KV length the step attends to.
             window_cells: the lookahead window's tokens besides the current one, or None (no window).
             evidence: per tree, as in `propose`.
+            load: the rest of a batch's pass (`Load`): the step maximises the pass's tokens per second.
         """
         tree, value = self._merged(trees, evidence)
         order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
         expected = [0.0] + value[order].cumsum(0).tolist()
-        (rate, b, window), probe = self._search(expected, kv, window_cells)
+        (rate, b, window), probe = self._search(expected, kv, window_cells, load)
+        own = self._search(expected, kv, window_cells, Load(load.others))[0] if load.floor > 1 else (rate, b, window)
         return Choice(tree.select(order[:b]), window, rate, tree.select(order[:probe]) if probe else None,
-                      expected[probe] if probe else 0.0)
+                      expected[probe] if probe else 0.0, 1 + own[1] + (window_cells if own[2] else 0))
 
-    def _search(self, expected: list[float], kv: int, window_cells: int | None) -> tuple[tuple[float, int, bool], int]:
+    def _search(self, expected: list[float], kv: int, window_cells: int | None, load: Load) -> tuple[tuple[float, int, bool], int]:
         """The best (rate, b, window) over every b and window, and the b of the best draft-only step
-        (no window, b >= 1; 0: none), `expected[b]` being the b most valuable nodes' summed value."""
+        (no window, b >= 1; 0: none), `expected[b]` being the b most valuable nodes' summed value.
+        The rate is the pass's: (the other rows' tokens + this row's) / t(the widest of the pass)."""
         gain = [self.trust * e for e in expected]
         best, probe = (-1.0, 0, False), (-1.0, 0)
         for window in ([False, True] if window_cells is not None else [False]):
             base = 1 + (window_cells if window else 0)
             bonus = max(self.window_value, self.settings.window_bonus) if window else 0.0
             for b in range(0, min(len(expected) - 1, self.max_width() - base) + 1):
-                rate = (1.0 + gain[b] + bonus) / self.step_time(base + b, kv)
+                rate = (load.others + 1.0 + gain[b] + bonus) / self.step_time(max(base + b, load.floor), kv)
                 if rate >= best[0]:  # ties go to the wider step: more evidence for the same time
                     best = (rate, b, window)
                 if not window and b and rate > probe[0]:

@@ -1,7 +1,7 @@
 """Timing real decoding steps: what `ladref.fast.cost.CostModel.measure` runs, and what a measurement depends on.
 
 `measure_steps` times one forward pass of each width q at each KV length through a runner, as
-decoding pays it; `describe` names what such a timing depends on (model, device, dtype, threads,
+decoding pays it, and `measure_batch_steps` the batched pass of B rows a batch's step runs; `describe` names what such a timing depends on (model, device, dtype, threads,
 runner), and `processor` the processor it ran on.
 """
 
@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache
 
+from ..kernels import attention_scope
 from ..results import DecodeStats
-from ..runner import Runner
+from ..runner import ModelFacts, Runner, batch_forward, trim_cache
 
 Progress = Callable[[int, int], None]  # (passes done, passes in all)
 
@@ -94,3 +96,50 @@ def processor(device: torch.device) -> str:
     except OSError:  # no /proc (macOS, Windows)
         pass
     return platform.processor() or platform.machine()
+
+
+def measure_batch_steps(model: torch.nn.Module, facts: ModelFacts, batch: int, widths: Sequence[int], kv_lengths: Sequence[int],
+                        repeats: int, kernels: tuple | None = None, progress: Progress | None = None) -> list[list[float]]:
+    """As `measure_steps`, for a batch of `batch` rows that each feed q tokens over kv cached ones:
+    ``seconds[i][j]``, the median time of one batched forward pass (B, q) at about ``kv_lengths[i]``.
+
+    The pass is the one a batch's step runs (`ladref.runner.batch_forward`: a shared `DynamicCache`
+    of B rows, a (B, 1, q, kv + q) additive mask); between passes the cache is cut back
+    (`ladref.runner.trim_cache`). Same plan as `measure_steps`: one untimed pass per width first,
+    then the r-th timed pass of (q, kv) at length kv + r, widths interleaved, longest first.
+    """
+    top = max(kv_lengths) + repeats
+    if facts.context is not None and top + max(widths) > facts.context:
+        raise ValueError(f"a KV length of {max(kv_lengths)} plus {repeats} repeats and a {max(widths)}-token step "
+                         f"exceeds the model's {facts.context} positions (max_position_embeddings)")
+    cache = DynamicCache(config=model.config)
+    with attention_scope(kernels), torch.inference_mode():
+        _batch_pass(model, facts, cache, batch, 0, top)  # caches `top` tokens in every row
+        plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
+        samples = [[[] for _ in widths] for _ in kv_lengths]
+        done, total = 0, len(plan) * len(widths)
+        for length, row in plan:
+            for j, q in enumerate(widths):
+                trim_cache(cache, length)
+                seconds = _batch_pass(model, facts, cache, batch, length, q)
+                if row is not None:
+                    samples[row][j].append(seconds)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    return [[statistics.median(times) for times in row] for row in samples]
+
+
+def _batch_pass(model: torch.nn.Module, facts: ModelFacts, cache: DynamicCache, batch: int, length: int, q: int) -> float:
+    """Time one forward pass of `batch` rows of q tokens over `length` cached ones (causal within the step)."""
+    ids = (torch.arange(length, length + q) % facts.vocab_size).expand(batch, q).to(facts.device)  # (B, q)
+    positions = torch.arange(length, length + q, device=facts.device).expand(batch, q)  # (B, q)
+    allowed = torch.ones(q, length + q, dtype=torch.bool, device=facts.device).tril_(length)  # (q, length + q)
+    mask = torch.zeros(allowed.shape, dtype=facts.dtype, device=facts.device).masked_fill_(~allowed, torch.finfo(facts.dtype).min)
+    if facts.device.type == "cuda":
+        torch.cuda.synchronize(facts.device)
+    start = time.perf_counter()
+    batch_forward(model, cache, ids, positions, mask.expand(batch, 1, q, length + q))
+    if facts.device.type == "cuda":
+        torch.cuda.synchronize(facts.device)
+    return time.perf_counter() - start
