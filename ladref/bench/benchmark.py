@@ -38,8 +38,8 @@ from ..kernels import ATTENTION_BACKENDS
 from .cost import add_arguments as add_cost_arguments
 from .cost import run_cost, run_cost_surface
 from .datasets import canonical_dataset, dataset_names, encode_prompts, load_prompts
-from .load import LOAD_METHODS, canonical_load_method
 from .leaderboard import REFERENCE_SOURCE, leaderboard, leaderboard_dicts, leaderboard_markdown, save_leaderboard_csv
+from .load import LOAD_METHODS, canonical_load_method
 from .measure import BenchSettings, run_bench
 from .methods import METHOD_ALIASES, METHODS, canonical_method, config_label
 from .report import agreement_lines, markdown_tables, save_results, summarize
@@ -234,8 +234,8 @@ def run(args: argparse.Namespace) -> int:
     args.out = str(args.out or default_out())
     W = args.window
     configs = tuple(args.config or [LookaheadConfig(W, args.ngram, W if args.candidates is None else args.candidates)])
-    settings = BenchSettings(tuple(methods) if not under_load else ("greedy",), configs, args.block_size or configs[0].window_size, args.lookup_tokens,
-                             args.max_new_tokens, attention_backend=args.attention_backend,
+    settings = BenchSettings(("greedy",) if under_load else tuple(methods), configs, args.block_size or configs[0].window_size,
+                             args.lookup_tokens, args.max_new_tokens, attention_backend=args.attention_backend,
                              compile_mode=None if args.compile_mode == "none" else args.compile_mode,
                              compile_dir=args.compile_dir)
     model, tokenizer = load_default_model(args.device, DTYPES.get(args.dtype))
