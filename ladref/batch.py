@@ -105,8 +105,10 @@ class RowRunner(Runner):
 class BatchRunner:
     """Runs the rows' forward passes as one, over one shared cache (see the module docstring).
 
-    The last live row to ask for a pass runs it, under a lock, while every other live row waits:
-    so the cache changes shape (a pass, a finished row dropped) only when no row is using it.
+    One thread, the caller's (`serve`), runs every pass, under a lock, once every live row has
+    asked for one, while the rows wait: so the cache changes shape (a pass, a finished row
+    dropped) only when no row is using it, and every pass runs on the same thread (on a CPU, a
+    pass run by a different thread each time would start its own pool of worker threads).
 
     Args:
         model: the checked model; facts: its `ModelFacts`.
@@ -121,7 +123,7 @@ class BatchRunner:
         self.live = list(self.rows)  # the rows in the cache, in its batch order
         self.done: set[RowRunner] = set()  # rows that have finished, still in the cache until the next pass
         self.waiting: dict[RowRunner, Request] = {}
-        self.passes, self.error = 0, None
+        self.passes, self.left, self.error = 0, 0, None
         self.turn = threading.Condition()
 
     def slot(self, row: RowRunner) -> int:
@@ -129,10 +131,10 @@ class BatchRunner:
         return self.live.index(row)
 
     def submit(self, row: RowRunner, request: Request) -> torch.Tensor:
-        """Wait for the batch's pass that includes `request` (the last row to ask runs it); its logits."""
+        """Wait for the batch's pass that includes `request`; its logits."""
         with self.turn:
             self.waiting[row] = request
-            self._run_if_ready()
+            self.turn.notify_all()
             while request.logits is None and self.error is None:
                 self.turn.wait()
             if self.error is not None:
@@ -144,18 +146,23 @@ class BatchRunner:
         with self.turn:
             self.error = self.error or error
             self.done.add(row)
-            self._run_if_ready()
+            self.left += 1
             self.turn.notify_all()
 
-    def _run_if_ready(self) -> None:
-        if self.error is None and self.waiting and len(self.waiting) + len(self.done) == len(self.live):
-            try:
-                self._pass()
-            except BaseException as err:  # every waiting row learns it; the caller's thread re-raises it
-                self.error = err
-            self.turn.notify_all()
+    def serve(self) -> None:
+        """Run the batch's passes in the calling thread, each once every live row has asked, until every row has left."""
+        with self.turn:
+            while self.left < len(self.rows):
+                if self.error is None and self.waiting and len(self.waiting) + len(self.done) == len(self.live):
+                    try:
+                        self._pass()
+                    except BaseException as err:  # every waiting row learns it; the caller re-raises it
+                        self.error = err
+                    self.turn.notify_all()
+                else:
+                    self.turn.wait()
 
-    @torch.inference_mode()  # the pass may run in the thread of a row that is leaving
+    @torch.inference_mode()
     def _pass(self) -> None:
         """One forward pass for every live row: drop finished rows, pad, mask, run, move each row's entries to its length."""
         keep = torch.tensor([b for b, row in enumerate(self.live) if row not in self.done])
@@ -169,27 +176,30 @@ class BatchRunner:
         device = self.facts.device
         with attention_scope(self.kernels):
             if past == 0:  # the first pass, the rows' prompts: each alone
-                logits = self._apart(requests)
+                picked = self._apart(requests)
             else:
                 ids, positions, mask = padded_batch(requests, lengths, past, self.facts.dtype)
                 logits = batch_forward(self.model, self.cache, ids.to(device), positions.to(device), mask.to(device))  # (B, Q, V)
+                picked = [logits[b][request.keep.to(device)] for b, request in enumerate(requests)]
         self.passes += 1
         widths = [request.input_ids.shape[0] for request in requests]
         rows, sources, targets, lengths = ragged_commit_plan(lengths, past, widths, [torch.arange(q) for q in widths])
         move_entries(self.cache, rows, sources, targets)  # every row's step, down to its length
         for b, (row, request) in enumerate(zip(self.live, requests)):
-            row.length = int(lengths[b])
-            request.logits = logits[b][request.keep.to(device)]
+            row.length, request.logits = int(lengths[b]), picked[b]
 
     def _apart(self, requests: Sequence[Request]) -> list[torch.Tensor]:
         """The first pass, each row's prompt run alone (prompts differ in length: padded to the longest, a
         batch of short prompts would pay for the long one's width), its entries then stacked into the
-        shared cache. Returns each row's (q_b, V) logits."""
+        shared cache. Returns each row's (k_b, V) logits, of its rows `keep` only (computed only for
+        those where the model allows: a prompt's prefill skips the (L, V) head)."""
         caches, logits, device = [], [], self.facts.device
         for request in requests:
             caches.append(DynamicCache(config=self.model.config))
             ids, positions, mask = padded_batch([request], [0], 0, self.facts.dtype)
-            logits.append(batch_forward(self.model, caches[-1], ids.to(device), positions.to(device), mask.to(device))[0])
+            keep = request.keep if self.facts.keeps_logits else None
+            out = batch_forward(self.model, caches[-1], ids.to(device), positions.to(device), mask.to(device), keep)[0]
+            logits.append(out if keep is not None else out[request.keep.to(device)])
         stack_caches(self.cache, caches)
         return logits
 
@@ -290,6 +300,7 @@ def decode_rows(model: torch.nn.Module, input_ids: TokenIds, max_new_tokens: int
     threads = [threading.Thread(target=run, args=(b,), name=f"ladref-row-{b}") for b in range(len(prompts))]
     for thread in threads:
         thread.start()
+    batch.serve()  # every pass, in this thread
     for thread in threads:
         thread.join()
     if batch.error is not None:

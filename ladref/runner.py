@@ -57,6 +57,8 @@ class ModelFacts:
         dtype: the weights' dtype.
         context: the text config's ``max_position_embeddings`` (None: unbounded).
         attention: the attention implementation (``config._attn_implementation``).
+        keeps_logits: whether its forward takes ``logits_to_keep`` (then a pass computes only the
+            logits it is asked for: a prompt's prefill skips the (L, V) head).
     """
 
     vocab_size: int
@@ -64,6 +66,7 @@ class ModelFacts:
     dtype: torch.dtype
     context: int | None
     attention: str | None
+    keeps_logits: bool = False
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> "ModelFacts":
@@ -76,7 +79,7 @@ class ModelFacts:
         config = model.config
         context = getattr(config.get_text_config(), "max_position_embeddings", None)
         return cls(model.get_input_embeddings().num_embeddings, param.device, param.dtype, context,
-                   getattr(config, "_attn_implementation", None))
+                   getattr(config, "_attn_implementation", None), "logits_to_keep" in inspect.signature(model.forward).parameters)
 
 
 def check_model(model: object) -> ModelFacts:
@@ -193,7 +196,6 @@ class ModelRunner(Runner):
     def __init__(self, model: torch.nn.Module, attention_backend: str = "auto") -> None:
         super().__init__(model, attention_backend)
         self.cache = DynamicCache(config=model.config)
-        self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._cache_arg = cache_arg(model) or "past_key_values"
 
     @property
@@ -260,7 +262,7 @@ class ModelRunner(Runner):
         kwargs = {}
         if allowed is not None:
             kwargs["attention_mask"] = to_additive(allowed.to(self.device), past, self.dtype)
-        if keep is not None and self._logits_to_keep:
+        if keep is not None and self.facts.keeps_logits:
             kwargs["logits_to_keep"] = keep.to(self.device)
         with attention_scope(self.kernels):
             out = self.model(
@@ -271,7 +273,7 @@ class ModelRunner(Runner):
                 **kwargs,
             )
         logits = out.logits[0]
-        if keep is not None and not self._logits_to_keep:
+        if keep is not None and not self.facts.keeps_logits:
             logits = logits[keep.to(self.device)]
         return logits if logits.dtype == torch.float64 else logits.float()
 
@@ -296,18 +298,21 @@ class ModelRunner(Runner):
 
 
 def batch_forward(model: torch.nn.Module, cache: DynamicCache, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                  mask: torch.Tensor) -> torch.Tensor:
+                  mask: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
     """One forward pass of a batch over a shared `DynamicCache`, appending every row's Q keys/values.
 
     Args:
         input_ids: (B, Q) token ids; position_ids: (B, Q) absolute positions.
         mask: (B, 1, Q, T + Q) additive mask over the cache's T slots and the step.
+        keep: (k,) the step positions whose logits to compute, every row (the model's
+            ``logits_to_keep``: pass it only when `ModelFacts.keeps_logits`); None: all Q.
 
     Returns:
-        (B, Q, V) logits in float32 (float64 if the model is float64).
+        (B, Q, V) logits ((B, k, V) with `keep`) in float32 (float64 if the model is float64).
     """
+    kept = {} if keep is None else {"logits_to_keep": keep.to(input_ids.device)}
     out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
-                **{cache_arg(model) or "past_key_values": cache})
+                **{cache_arg(model) or "past_key_values": cache}, **kept)
     return out.logits if out.logits.dtype == torch.float64 else out.logits.float()
 
 

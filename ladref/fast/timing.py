@@ -38,40 +38,59 @@ def measure_steps(model: torch.nn.Module, runner: Runner, widths: Sequence[int],
     """
     if runner.past_len != 0:
         raise ValueError(f"measuring needs a runner with an empty cache, this one holds {runner.past_len} tokens")
+    top = _top(runner.facts, widths, kv_lengths, repeats)
+    runner.prefill(torch.arange(top + 1) % runner.facts.vocab_size, DecodeStats())  # caches `top` tokens
+    seconds = _run_plan(widths, kv_lengths, repeats, lambda length, q: _timed_step(runner, length, q), progress)
+    runner.empty()
+    return seconds
+
+
+def _top(facts: ModelFacts, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int) -> int:
+    """The cache length a measurement prefills, ``max(kv_lengths) + repeats``, checked against the model's positions."""
     top = max(kv_lengths) + repeats
-    limit = runner.facts.context
-    if limit is not None and top + max(widths) > limit:
+    if facts.context is not None and top + max(widths) > facts.context:
         raise ValueError(f"a KV length of {max(kv_lengths)} plus {repeats} repeats and a {max(widths)}-token step "
-                         f"exceeds the model's {limit} positions (max_position_embeddings)")
-    device, vocab = runner.facts.device, runner.facts.vocab_size
-    runner.prefill(torch.arange(top + 1) % vocab, DecodeStats())  # caches `top` tokens
+                         f"exceeds the model's {facts.context} positions (max_position_embeddings)")
+    return top
+
+
+def _run_plan(widths: Sequence[int], kv_lengths: Sequence[int], repeats: int, timed: Callable[[int, int], float],
+              progress: Progress | None) -> list[list[float]]:
+    """The plan both measurements run: ``timed(length, q)`` once per width at the prefilled length (untimed),
+    then the r-th timed pass of (q, kv) at length kv + r, widths interleaved, longest first; the medians."""
+    top = max(kv_lengths) + repeats
     plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
     samples = [[[] for _ in widths] for _ in kv_lengths]
     done, total = 0, len(plan) * len(widths)
     for length, row in plan:
         for j, q in enumerate(widths):
-            seconds = _timed_step(runner, device, length, torch.arange(q) % vocab)
+            seconds = timed(length, q)
             if row is not None:
                 samples[row][j].append(seconds)
             done += 1
             if progress is not None:
                 progress(done, total)
-    runner.empty()
     return [[statistics.median(times) for times in row] for row in samples]
 
 
-def _timed_step(runner: Runner, device: torch.device, length: int, ids: torch.Tensor) -> float:
-    """Roll the cache back to `length` tokens, then time one forward pass over `ids`."""
-    # keep the first length-1 entries plus entry length-1 itself: a one-token commit, which every runner takes
-    runner.commit(length - 1, torch.tensor([0]))
-    allowed = torch.ones(ids.shape[0], ids.shape[0], dtype=torch.bool).tril_()  # (q, q) causal
+def _clocked(device: torch.device, step: Callable[[], object]) -> float:
+    """Seconds `step` takes, CUDA synchronized around it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    runner.forward(ids, allowed=allowed)
+    step()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - start
+
+
+def _timed_step(runner: Runner, length: int, q: int) -> float:
+    """Roll the cache back to `length` tokens, then time one forward pass of q tokens."""
+    # keep the first length-1 entries plus entry length-1 itself: a one-token commit, which every runner takes
+    runner.commit(length - 1, torch.tensor([0]))
+    ids = torch.arange(q) % runner.facts.vocab_size
+    allowed = torch.ones(q, q, dtype=torch.bool).tril_()  # (q, q) causal
+    return _clocked(runner.facts.device, lambda: runner.forward(ids, allowed=allowed))
 
 
 def describe(model: torch.nn.Module, runner: Runner) -> str:
@@ -108,26 +127,16 @@ def measure_batch_steps(model: torch.nn.Module, facts: ModelFacts, batch: int, w
     (`ladref.runner.trim_cache`). Same plan as `measure_steps`: one untimed pass per width first,
     then the r-th timed pass of (q, kv) at length kv + r, widths interleaved, longest first.
     """
-    top = max(kv_lengths) + repeats
-    if facts.context is not None and top + max(widths) > facts.context:
-        raise ValueError(f"a KV length of {max(kv_lengths)} plus {repeats} repeats and a {max(widths)}-token step "
-                         f"exceeds the model's {facts.context} positions (max_position_embeddings)")
+    top = _top(facts, widths, kv_lengths, repeats)
     cache = DynamicCache(config=model.config)
+
+    def timed(length: int, q: int) -> float:
+        trim_cache(cache, length)
+        return _batch_pass(model, facts, cache, batch, length, q)
+
     with attention_scope(kernels), torch.inference_mode():
         _batch_pass(model, facts, cache, batch, 0, top)  # caches `top` tokens in every row
-        plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
-        samples = [[[] for _ in widths] for _ in kv_lengths]
-        done, total = 0, len(plan) * len(widths)
-        for length, row in plan:
-            for j, q in enumerate(widths):
-                trim_cache(cache, length)
-                seconds = _batch_pass(model, facts, cache, batch, length, q)
-                if row is not None:
-                    samples[row][j].append(seconds)
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-    return [[statistics.median(times) for times in row] for row in samples]
+        return _run_plan(widths, kv_lengths, repeats, timed, progress)
 
 
 def _batch_pass(model: torch.nn.Module, facts: ModelFacts, cache: DynamicCache, batch: int, length: int, q: int) -> float:
@@ -136,10 +145,5 @@ def _batch_pass(model: torch.nn.Module, facts: ModelFacts, cache: DynamicCache, 
     positions = torch.arange(length, length + q, device=facts.device).expand(batch, q)  # (B, q)
     allowed = torch.ones(q, length + q, dtype=torch.bool, device=facts.device).tril_(length)  # (q, length + q)
     mask = torch.zeros(allowed.shape, dtype=facts.dtype, device=facts.device).masked_fill_(~allowed, torch.finfo(facts.dtype).min)
-    if facts.device.type == "cuda":
-        torch.cuda.synchronize(facts.device)
-    start = time.perf_counter()
-    batch_forward(model, cache, ids, positions, mask.expand(batch, 1, q, length + q))
-    if facts.device.type == "cuda":
-        torch.cuda.synchronize(facts.device)
-    return time.perf_counter() - start
+    mask = mask.expand(batch, 1, q, length + q)
+    return _clocked(facts.device, lambda: batch_forward(model, cache, ids, positions, mask))
