@@ -170,7 +170,7 @@ def test_packaged_steps_are_built_once_then_loaded_and_stay_exact(config, tmp_pa
     first = CompiledDecoder(model, config, max_length=64, mode="max-autotune", compile_dir=tmp_path)
     first.warmup()
     built = sorted(tmp_path.iterdir())
-    assert first.runner.from_disk == {first.step_tokens: False} and [p.suffix for p in built] == [".pt2"]
+    assert first.runner.from_disk == {first.step_tokens: False} and [p.suffix for p in built] == [".lock", ".pt2"]
     second = CompiledDecoder(model, config, max_length=64, mode="max-autotune", compile_dir=tmp_path)
     second.warmup()
     assert second.runner.from_disk == {second.step_tokens: True} and sorted(tmp_path.iterdir()) == built

@@ -41,6 +41,7 @@ from ..step import run_drafting
 from ..types import TokenIds
 from .adaptive import AdaptiveDecoder
 from .cost import CostCache
+from .precompiled import COST_FILE
 from .static import DEFAULT_WIDTHS, StaticRunner, check_mode, check_widths
 from .static import MODES as RUNNER_MODES
 
@@ -185,7 +186,9 @@ class CompiledAdaptiveDecoder:
         mode: compile mode as `CompiledDecoder`'s ("auto": CUDA graphs on CUDA, frozen
             max-autotune Inductor elsewhere; None: the same padded steps, not compiled).
         cache: where the runners' cost curves are kept (`ladref.fast.cost.CostCache`); default
-            `CostCache.default()`, the user's cache file (measured once per runner and machine).
+            the file ``cost.json`` in `compile_dir`, beside the packages the curves were measured
+            through (so a later process neither compiles nor measures), else `CostCache.default()`,
+            the user's cache file (measured once per runner and machine).
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
         compile_dir: a folder where every runner keeps its compiled steps as AOTInductor packages,
             loaded by later decoders instead of compiling again (`ladref.fast.static.StaticRunner`).
@@ -207,9 +210,11 @@ class CompiledAdaptiveDecoder:
         lengths = check_max_lengths(max_lengths)
         self.widths = check_widths(widths, lengths[0])
         self.mode = resolve_mode(mode, self.facts.device)
-        self.model, self.attention_backend, self.cost_cache = model, attention_backend, CostCache.given(cache)
+        self.model, self.attention_backend = model, attention_backend
         self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=compile_dir)
                         for m in lengths]
+        directory = self.runners[0].compile_dir  # checked: a folder's path, or None
+        self.cost_cache = CostCache.given(cache, None if directory is None else directory / COST_FILE)
         self.decoders: list[AdaptiveDecoder] = []
         self.capture_s: float | None = None
 

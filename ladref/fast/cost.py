@@ -261,10 +261,11 @@ class CostCache:
         self.models: dict[str, CostModel] = {} if self.path is None else read_cache_file(self.path)
 
     @classmethod
-    def default(cls) -> CostCache:
-        """The user's cache at `default_cache_path` (what `adaptive_decode` uses when given no `cost` or
-        `cache`). A file there that cannot be read is reported with a warning and measured anew."""
-        path = default_cache_path()
+    def default(cls, path: str | os.PathLike | None = None) -> CostCache:
+        """The cache file at `path`; default the user's, at `default_cache_path` (what `adaptive_decode`
+        uses when given no `cost` or `cache`). A file there that cannot be read is reported with a
+        warning and measured anew."""
+        path = default_cache_path() if path is None else Path(path)
         try:
             return cls(path)
         except ValueError as error:
@@ -274,14 +275,15 @@ class CostCache:
             return cache
 
     @classmethod
-    def given(cls, cache: object) -> CostCache:
-        """A decoder's `cache` argument: the cache itself, or the user's (`default`) when it is None.
+    def given(cls, cache: object, path: str | os.PathLike | None = None) -> CostCache:
+        """A decoder's `cache` argument: the cache itself, or when it is None ``default(path)``: the
+        file at `path` (e.g. beside compiled steps' packages), default the user's.
 
         Raises:
             TypeError: anything else than a CostCache or None.
         """
         if cache is None:
-            return cls.default()
+            return cls.default(path)
         if not isinstance(cache, CostCache):
             raise TypeError(f"cache must be a ladref.fast.cost.CostCache, got {type(cache).__name__}")
         return cache

@@ -9,14 +9,30 @@ runner in any later process with the same model, cache length, width and setting
 seconds. The package holds the (frozen) weights, not the KV cache: its cache buffers are bound,
 without a copy, to the runner's own (``user_managed``), so the loaded step writes the runner's
 cache exactly as the compiled one does.
+
+A file on disk is not trusted by its name alone. Every package carries a record of what it was
+built for (`package_record`: model class, config and weights digests, dtype, device, cache
+length, width, mode, threads, processor, torch and transformers versions), stored inside it as
+AOTInductor metadata and read back (`read_package_record`) before the package is loaded. A
+package that cannot be read (truncated, another format) or whose record differs (a file copied
+over another's name) is reported with a warning and built again. A package is written to a
+temporary file and renamed, so no reader sees half a file, and built under a lock file beside
+it (``.lock``), so a second process waits and loads it instead of compiling it twice. A folder
+that cannot be written (read-only, full) gives a warning, and the step is compiled in the
+process, as without a ``compile_dir``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
+import re
 import tempfile
-from collections.abc import Callable
+import warnings
+import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -25,12 +41,28 @@ import transformers
 from ..kernels import attention_scope
 from ..runner import static_cache_buffers
 
+try:
+    import fcntl
+except ImportError:  # no advisory locks (Windows): builds stay atomic (a temporary file renamed), maybe done twice
+    fcntl = None
+
 # Inductor settings of each compile mode a package can be built with
 PACKAGE_CONFIGS = {"max-autotune": {"freezing": True, "max_autotune": True}, "default": {}}
+FORMAT = "ladref.package/1"
+PACKAGE_FILE = re.compile(r"step-w\d+-[0-9a-f]{32}\.pt2")
+"""The names of ladref's packages; beside each, its ``.lock`` and, while it is built, ``.<stem>.*.part.pt2``."""
+COST_FILE = "cost.json"
+"""The `ladref.fast.cost.CostCache` file a `compile_dir` keeps beside its packages (the compiled steps' cost curves)."""
 
 
 def check_compile_dir(compile_dir: object, mode: str | None) -> Path | None:
-    """`compile_dir` as a Path (None: no packages), or a clear error."""
+    """`compile_dir` as a Path (None: no packages), or a clear error.
+
+    Raises:
+        TypeError: not a path.
+        ValueError: a compile mode packages cannot be built with, or a path that names a file:
+            a mistake in the call, refused before anything is compiled.
+    """
     if compile_dir is None:
         return None
     if not isinstance(compile_dir, (str, os.PathLike)):
@@ -38,7 +70,11 @@ def check_compile_dir(compile_dir: object, mode: str | None) -> Path | None:
     if mode not in PACKAGE_CONFIGS:
         raise ValueError(f"compile_dir keeps AOTInductor packages of compiled steps: compile_mode must be one of "
                          f"{tuple(PACKAGE_CONFIGS)}, got {mode!r}")
-    return Path(compile_dir).expanduser()
+    path = Path(compile_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"compile_dir {str(path)!r} is a file, not a folder: give a folder for the compiled steps' "
+                         "packages (created if missing)")
+    return path
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -50,14 +86,75 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def package_record(runner, width: int, weights: str) -> dict[str, str]:
+    """Everything the compiled code of `runner`'s step of `width` depends on, as strings; `weights`:
+    the model's `weights_digest`. Hashed into the package's name and stored inside the package."""
+    model, device = runner.model, runner.device
+    return {"format": FORMAT, "model": type(model).__name__, "config": _digest(model.config.to_json_string()),
+            "weights": weights, "dtype": str(runner.dtype), "device": str(device), "max_length": str(runner.max_length),
+            "width": str(width), "mode": str(runner.compile_mode), "threads": str(torch.get_num_threads()),
+            "processor": torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else torch.cuda.get_device_name(device),
+            "kernels": "+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default",
+            "torch": torch.__version__, "transformers": transformers.__version__}
+
+
 def package_name(runner, width: int, weights: str) -> str:
     """The file name of `runner`'s step of `width`: a digest of everything its compiled code depends on."""
-    model, device = runner.model, runner.device
-    parts = (torch.__version__, transformers.__version__, type(model).__name__, model.config.to_json_string(), weights,
-             str(runner.dtype), str(device), runner.max_length, width, runner.compile_mode, torch.get_num_threads(),
-             torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else torch.cuda.get_device_name(device),
-             runner.kernels)
-    return f"step-w{width}-{hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()}.pt2"
+    return f"step-w{width}-{_digest(json.dumps(package_record(runner, width, weights), sort_keys=True))}.pt2"
+
+
+def read_package_record(path: str | os.PathLike) -> dict[str, str]:
+    """The `package_record` stored in the package at `path`, read from the archive without loading it.
+
+    Raises:
+        OSError, zipfile.BadZipFile: the file cannot be read, or is not a whole archive.
+        ValueError: an archive without a ladref record (another program's, an older ladref's).
+    """
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if name.endswith("_metadata.json") and "/aotinductor/" in name:
+                data = json.loads(archive.read(name))
+                if isinstance(data, dict) and "ladref.format" in data:
+                    return {key[len("ladref."):]: value for key, value in data.items() if key.startswith("ladref.")}
+    raise ValueError("it holds no ladref record (not built by this version of ladref)")
+
+
+def package_problem(path: Path, expected: dict[str, str]) -> str | None:
+    """Why the package at `path` must not be loaded for `expected` (a `package_record`), or None."""
+    try:
+        found = read_package_record(path)
+    except (OSError, zipfile.BadZipFile, ValueError, KeyError) as error:
+        return f"not a readable package, truncated or another format ({error})"
+    differ = [key for key in expected if found.get(key) != expected[key]]
+    if differ:
+        return f"built for something else: its {', '.join(differ)} differ from this runner's"
+    return None
+
+
+@contextlib.contextmanager
+def package_lock(path: Path) -> Iterator[bool]:
+    """Hold the lock file beside `path` (``.lock``) while its package is looked for and built: another
+    process waits, then finds the package built. Yields whether the lock is held: False when the
+    folder cannot be written or the platform has no locks (a build is then still atomic)."""
+    handle = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = os.open(path.with_suffix(".lock"), os.O_RDONLY | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+    except OSError:  # a read-only folder, a file system without locks: go on without
+        if handle is not None:
+            os.close(handle)
+        handle = None
+    try:
+        yield handle is not None and fcntl is not None
+    finally:
+        if handle is not None:
+            os.close(handle)
 
 
 class ExportedStep(torch.nn.Module):
@@ -73,43 +170,77 @@ class ExportedStep(torch.nn.Module):
         return self.step(self.runner, input_ids, position_ids, allowed, length)
 
 
-def build_package(runner, width: int, path: Path, step: Callable) -> None:
+def build_package(runner, width: int, path: Path, step: Callable, record: dict[str, str]) -> None:
     """Export `step` at `width` over a scratch runner of the same model and cache length (the
-    runner's own cache is never traced), compile it ahead of time, save the package at `path`."""
+    runner's own cache is never traced), compile it ahead of time with `record` inside, save it at `path`."""
     scratch, d = type(runner)(runner.model, runner.max_length), runner.device
     example = (torch.zeros(width, dtype=torch.long, device=d), torch.arange(width, device=d),
                torch.ones(width, width, dtype=torch.bool, device=d).tril_(), torch.tensor(0, device=d))
-    with torch.no_grad(), attention_scope(runner.kernels):
-        step(scratch, example[0][:1], example[1][:1], example[2][:1, :1], example[3])  # allocates its cache buffers
-        program = torch.export.export(ExportedStep(step, scratch), example, strict=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, part = tempfile.mkstemp(suffix=".pt2", dir=path.parent)  # written whole, then renamed: never half a file
-        os.close(handle)
-        try:
-            torch._inductor.aoti_compile_and_package(program, package_path=part,
-                                                     inductor_configs=PACKAGE_CONFIGS[runner.compile_mode])
-            os.chmod(part, 0o644)  # mkstemp's file is private; a package is as readable as a cache file
-            os.replace(part, path)
-        finally:
-            if os.path.exists(part):
-                os.remove(part)
+    meta = dict(record, name=runner.model.config.name_or_path or "")  # the name, for people only: not checked
+    configs = dict(PACKAGE_CONFIGS[runner.compile_mode], **{"aot_inductor.metadata": {f"ladref.{k}": v for k, v in meta.items()}})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # first, before any work: a folder that cannot be written fails here. Written whole, then
+    # renamed: never half a file under the package's name
+    handle, part = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".part.pt2", dir=path.parent)  # torch wants .pt2
+    os.close(handle)
+    try:
+        with torch.no_grad(), attention_scope(runner.kernels):
+            step(scratch, example[0][:1], example[1][:1], example[2][:1, :1], example[3])  # allocates its cache buffers
+            program = torch.export.export(ExportedStep(step, scratch), example, strict=True)
+            torch._inductor.aoti_compile_and_package(program, package_path=part, inductor_configs=configs)
+        os.chmod(part, 0o644)  # mkstemp's file is private; a package is as readable as a cache file
+        os.replace(part, path)
+    finally:
+        if os.path.exists(part):
+            os.remove(part)
 
 
-def packaged_step(runner, width: int, directory: Path, weights: str, step: Callable) -> tuple[Callable, bool]:
-    """The step of `width` from its package in `directory` (built from `step` first if missing,
-    `build_package`), bound to the runner's cache; `weights`: the model's `weights_digest`.
-
-    Returns:
-        (a step called as `static_step` is, whether the package was already on disk).
-    """
-    path = directory / package_name(runner, width, weights)
-    found = path.exists()
-    if not found:
-        build_package(runner, width, path, step)
+def load_package(path: Path, runner) -> Callable:
+    """The package at `path` loaded, its cache buffers bound to `runner`'s (user-managed: no copy),
+    as a step called as `ladref.fast.static.static_step` is."""
     loaded = torch._inductor.aoti_load_package(str(path))
-    loaded.loader.load_constants(static_cache_buffers(runner.cache), False, False, True)  # user-managed: no copy
+    loaded.loader.load_constants(static_cache_buffers(runner.cache), False, False, True)
 
     def run(_runner, input_ids, position_ids, allowed, length):
         return loaded(input_ids, position_ids, allowed, length)
 
-    return run, found
+    return run
+
+
+def _why(error: BaseException) -> str:
+    """An exception in one short line: torch's errors run to many lines."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    return f"{type(error).__name__}: {text[:200]}"
+
+
+def packaged_step(runner, width: int, directory: Path, weights: str, step: Callable) -> tuple[Callable | None, bool]:
+    """The step of `width` from its package in `directory`, bound to the runner's cache; built from
+    `step` first (`build_package`) when missing or unusable; `weights`: the model's `weights_digest`.
+
+    Never raises for what is on disk: a package that cannot be used is reported with a warning and
+    built again; a package that cannot be built or loaded (a read-only or full folder) is reported,
+    and the step is then None: the caller compiles it in the process.
+
+    Returns:
+        (a step called as `static_step` is, or None; whether a usable package was already on disk).
+    """
+    record = package_record(runner, width, weights)
+    path = directory / package_name(runner, width, weights)
+    with package_lock(path):
+        if path.exists():
+            problem = package_problem(path, record)
+            if problem is None:
+                try:
+                    return load_package(path, runner), True
+                except Exception as error:  # an untrusted file: torch's loader may raise anything
+                    problem = f"torch could not load it ({_why(error)})"
+            warnings.warn(f"compiled step {path} cannot be used: {problem}; building it again", stacklevel=4)
+        try:
+            build_package(runner, width, path, step, record)
+            return load_package(path, runner), False
+        except Exception as error:  # a read-only or full folder (OSError, or torch's writer's RuntimeError), ...
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else _why(error)
+            warnings.warn(f"could not build or load a compiled step in {directory} ({reason}); compiling it in this "
+                          "process instead, as without compile_dir", stacklevel=4)
+            return None, False

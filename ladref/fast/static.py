@@ -131,10 +131,12 @@ class StaticRunner(Runner):
         compile_dir: a folder of AOTInductor packages (`ladref.fast.precompiled`): each width's step is
             compiled ahead of time into a file there once and loaded, in seconds, by every later
             runner of the same model and settings, in any process ("max-autotune" or "default").
+            A package that cannot be used is reported and built again; a folder that cannot be
+            written is reported and the step compiled in the process, as without it.
 
     Attributes:
         compile_s: {width: seconds its compilation (or loading) took}, for the widths compiled so far.
-        from_disk: {width: whether its package was found in `compile_dir`} (with a `compile_dir`).
+        from_disk: {width: whether a usable package was found in `compile_dir`} (with a `compile_dir`).
     """
 
     def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
@@ -278,10 +280,11 @@ class StaticRunner(Runner):
             if not static_cache_ready(self.cache):  # the first forward allocates the cache's buffers: run it eagerly
                 self._run(static_step, torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), None, 0)
             guard_static_cache(self.cache)  # a graph holding these buffers serves this cache only
-            if self.compile_dir is not None:
+            step = None
+            if self.compile_dir is not None:  # None when no package could be loaded or built (a warning says why)
                 self._weights = self._weights or weights_digest(self.model)
                 step, self.from_disk[width] = packaged_step(self, width, self.compile_dir, self._weights, static_step)
-            else:
+            if step is None:
                 step = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device)
             with compile_scope(self.compile_mode):
                 for _ in range(3):  # compile; record CUDA graphs; replay. Writes only slots from `length` on
