@@ -18,8 +18,9 @@ Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast
    `ladref.step` (the combined step and the one loop every tree decoder repeats) and
    `ladref.decode` (`draft_decode`, that loop with any proposers);
 5. the draft sources: `ladref.sources.lookahead` (the paper's window and pool),
-   `ladref.sources.prompt_lookup`, `ladref.sources.recycling` (Token Recycling), and Jacobi's
-   chain in `ladref.sources.jacobi`;
+   `ladref.sources.prompt_lookup`, `ladref.sources.recycling` (Token Recycling),
+   `ladref.sources.suffix` (suffix decoding, over the counted trie of `ladref.sources.suffix_trie`)
+   and Jacobi's chain in `ladref.sources.jacobi`;
 6. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
 7. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve) and
    `ladref.fast.surface` (the step cost of a batch, t(q, kv, B)),
@@ -54,6 +55,8 @@ from .sources.jacobi import JacobiProposer, jacobi_decode
 from .sources.lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
 from .sources.prompt_lookup import PromptLookupProposer, prompt_lookup_decode
 from .sources.recycling import RecyclingProposer, TreeTemplate, recycling_decode
+from .sources.suffix import SuffixProposer, suffix_decode
+from .sources.suffix_trie import SuffixMemory
 from .tree import DraftTree
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
@@ -80,6 +83,8 @@ __all__ = [
     "RecyclingProposer",
     "StepOutcome",
     "Streamer",
+    "SuffixMemory",
+    "SuffixProposer",
     "TokenIds",
     "Tokenizer",
     "TreeTemplate",
@@ -95,5 +100,6 @@ __all__ = [
     "prompt_lookup_decode",
     "recycling_decode",
     "sample_decode",
+    "suffix_decode",
 ]
 __version__ = "0.2.0"

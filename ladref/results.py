@@ -84,7 +84,7 @@ class DecodeResult:
         text: `token_ids` decoded with the tokenizer passed in, else None.
         stats: the `DecodeStats` of the call.
         method: the decoder: "greedy", "sample" (`sample_decode`), "jacobi", "lookahead",
-            "prompt_lookup", "recycling", "draft" (`draft_decode`) or "adaptive".
+            "prompt_lookup", "recycling", "suffix", "draft" (`draft_decode`) or "adaptive".
     """
 
     token_ids: list[int]

@@ -476,3 +476,77 @@ def test_tree_decoder_rows_match_greedy_and_are_charged_for_every_logit():
     assert by[("2", "recycling_warm")].steps <= by[("2", "recycling")].steps  # the warm matrix knows prompt 0's text
     for p in ("0", "1", "2", "3"):  # every source fed in full: at least as far per step as Token Recycling alone, mostly
         assert by[(p, "draft_all")].steps <= by[(p, "recycling")].steps + 2
+
+
+class _ChatTokenizer:
+    """One id per character (ids 1..7) of every message in turn; decode gives letters back."""
+
+    def apply_chat_template(self, messages, add_generation_prompt, return_tensors):
+        return torch.tensor([[1 + ord(ch) % 7 for message in messages for ch in message["content"]]])
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(ord("a") + int(i) % 7) for i in ids)
+
+
+def test_multi_request_rows_keep_their_memories_across_requests_and_match_greedy(tmp_path):
+    from ladref.bench.multi import (MULTI_METHODS, Conversation, canonical_multi_method, conversations, multi_markdown, multi_rows,
+                                    plot_multi, run_multi, summarize_multi)
+    from ladref.fast.cost import CostModel
+
+    model = tiny_model("llama", 8, 1)
+    chats = [Conversation("a", ("abcabd", "bcd")), Conversation("b", ("cabdab",)), Conversation("c", ("abcabd", "dd"))]
+    rows = multi_rows(model, MULTI_METHODS, LookaheadConfig(3, 3, 3), lookup_tokens=3, memory_tokens=40, cost=CostModel.flat(64))
+    records = run_multi(_ChatTokenizer(), chats, rows, 12)
+    assert [(r.index, r.method) for r in records] == [(i, m) for i in range(5) for m in MULTI_METHODS]
+    assert [r.request_id for r in records[:: len(MULTI_METHODS)]] == ["a/1", "a/2", "b/1", "c/1", "c/2"]
+    assert all(r.match and r.new_tokens == 12 for r in records)
+    turn_2 = [r for r in records if r.request_id == "a/2"][0]  # the second turn's prompt holds the first turn and its answer
+    assert turn_2.prompt_tokens == len("abcabd") + 12 + len("bcd")
+    by = {(r.index, r.method): r for r in records}
+    for i in range(5):
+        assert by[(i, "suffix")].memory_tokens == 0 and by[(i, "suffix")].host_s > 0
+        assert by[(i, "greedy")].host_s == 0 and by[(i, "lookahead")].memory_tokens == 0
+        for method in ("suffix_memory", "adaptive_all"):  # the memory fills; past its bound of 40 tokens the oldest leave
+            assert (12 * (i + 1) if i < 3 else 12) <= by[(i, method)].memory_tokens <= 40 and by[(i, method)].memory_nodes > 0
+    summary = summarize_multi(records, later=3)
+    assert [s["method"] for s in summary] == list(MULTI_METHODS) and all(s["matches"] == 5 for s in summary)
+    greedy = summary[0]
+    assert greedy["S"] == 1.0 and greedy["speedup"] == 1.0 and greedy["host_ms_per_step"] == 0.0
+    assert summary[1]["memory_tokens"] == by[(4, "suffix_memory")].memory_tokens and summary[1]["host_share"] > 0
+    table = multi_markdown(summary, records, later=3, block=2)
+    assert "| suffix_memory |" in table and "S, requests 5-5" in table and table.count("\n| adaptive_all |") == 2
+    assert plot_multi(records, tmp_path / "multi.png", "test").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="unknown multi-request method 'beam'"):
+        canonical_multi_method("beam")
+    mtbench = conversations("mtbench", 2, skip=1)  # Spec-Bench's MT-bench questions, both turns
+    assert [c.conversation_id for c in mtbench] == ["82", "83"] and all(len(c.turns) == 2 for c in mtbench)
+
+
+def test_multi_request_command_saves_its_tables_and_figure_and_names_bad_input_first(tmp_path):
+    from ladref.bench.cli import main
+    from ladref.bench.multi import run_multi_command
+
+    args = argparse.Namespace(multi_request="mtbench", limit=1, skip=0, config=[LookaheadConfig(3, 3, 3)], window=4, ngram=4,
+                              candidates=None, lookup_tokens=3, memory_tokens=64, attention_backend="auto", max_new_tokens=8,
+                              no_progress=True, out=str(tmp_path), figure=None)
+    assert run_multi_command(tiny_model("llama", 8, 1), _ChatTokenizer(), ["suffix_memory", "lookahead"], args,
+                             {"dtype": "float64", "machine": "test"}) == 0
+    payload = json.loads((tmp_path / "multi_mtbench_cpu.json").read_text())
+    assert [r["request_id"] for r in payload["records"]] == ["81/1"] * 3 + ["81/2"] * 3 and all(r["match"] for r in payload["records"])
+    assert payload["meta"]["settings"]["requests"] == 2 and [s["method"] for s in payload["summary"]] == ["greedy", "suffix_memory",
+                                                                                                          "lookahead"]
+    assert "| suffix_memory |" in (tmp_path / "multi_mtbench_cpu.md").read_text()
+    assert (tmp_path / "multi_mtbench_cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for argv, message in ((["--multi-request", "chat"], None), (["--multi-request", "mtbench", "--method", "beam"],
+                                                                 "unknown multi-request method 'beam'")):
+        with pytest.raises(SystemExit, match=message):  # before any model is loaded
+            main(["bench", *argv, "--out", str(tmp_path / "none")])
+    assert not (tmp_path / "none").exists()
+
+
+def test_suffix_rows_of_the_benchmark_match_greedy_and_the_memory_helps_on_a_repeated_prompt():
+    settings = BenchSettings(("suffix", "suffix_memory"), LookaheadConfig(3, 3, 3), max_new_tokens=16, warmup=False)
+    records = run_bench(tiny_model("qwen2", 32, 2), [torch.tensor([3, 14, 15, 9, 26, 5])] * 2, settings)
+    assert all(r.match for r in records)
+    by = {(r.prompt_id, r.method): r for r in records}
+    assert by[("1", "suffix_memory")].steps < by[("1", "suffix")].steps == by[("0", "suffix")].steps

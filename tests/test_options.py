@@ -8,7 +8,7 @@ from strategies import tiny_model
 
 import ladref
 from ladref import (AdaptiveDecoder, CompiledDecoder, LookaheadConfig, adaptive_decode, draft_decode, greedy_decode,
-                    jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode, sample_decode)
+                    jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode, sample_decode, suffix_decode)
 from ladref.bench.hf import generate_decode, hf_prompt_lookup_decode
 from ladref.fast.cost import CostModel
 from ladref.fast.static import StaticRunner
@@ -25,6 +25,7 @@ DECODERS = {  # name -> (call with one extra keyword, the options it takes)
     "lookahead_decode": (lambda m, **kw: lookahead_decode(m, [1, 2], 2, **kw), DecodeOptions),
     "prompt_lookup_decode": (lambda m, **kw: prompt_lookup_decode(m, [1, 2], 2, **kw), DecodeOptions),
     "recycling_decode": (lambda m, **kw: recycling_decode(m, [1, 2], 2, **kw), DecodeOptions),
+    "suffix_decode": (lambda m, **kw: suffix_decode(m, [1, 2], 2, **kw), DecodeOptions),
     "draft_decode": (lambda m, **kw: draft_decode(m, [1, 2], 2, proposers=[JacobiProposer(2)], **kw), DecodeOptions),
     "adaptive_decode": (lambda m, **kw: adaptive_decode(m, [1, 2], 2, cost=CostModel.flat(8), **kw), DecodeOptions),
     "generate_decode": (lambda m, **kw: generate_decode(m, [1, 2], 2, **kw), BaselineOptions),

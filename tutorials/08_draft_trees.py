@@ -20,10 +20,12 @@
 # output is exactly greedy's whatever was drafted. This notebook
 #
 # 1. builds a trie and its attention mask, and plots both;
-# 2. runs the four draft sources ladref ships side by side on one prompt of SmolLM2: tokens per
+# 2. runs four of the draft sources ladref ships side by side on one prompt of SmolLM2: tokens per
 #    step S, tokens fed per step, and whose drafts were accepted;
 # 3. merges all four into one `draft_decode`, with a proposer of our own that only watches;
-# 4. writes a proposer that drafts.
+# 4. writes a proposer that drafts;
+# 5. builds the counted suffix trie of suffix decoding on a short text, shows the drafts it
+#    proposes, and lets it remember one request's answer for the next.
 
 # %%
 import warnings
@@ -47,6 +49,8 @@ from ladref import (
     LookaheadProposer,
     PromptLookupProposer,
     RecyclingProposer,
+    SuffixMemory,
+    SuffixProposer,
     chat_ids,
     draft_decode,
     greedy_decode,
@@ -55,8 +59,10 @@ from ladref import (
     lookahead_decode,
     prompt_lookup_decode,
     recycling_decode,
+    suffix_decode,
 )
 from ladref.masks import StepLayout, render
+from ladref.sources.suffix_trie import SuffixTrie, grow
 
 model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 
@@ -393,6 +399,68 @@ for proposer in (Incomplete(), OutOfVocabulary([])):
 # needs); `evidence` grades a proposal for adaptive decoding. `DraftSource` sets them to None, 0
 # and 0. The documentation's page on draft trees and proposers has the full protocol.
 #
+# ## 5. Suffix decoding: every earlier continuation, counted
+#
+# Prompt lookup copies what followed the *latest* earlier occurrence of the text's last tokens.
+# `SuffixProposer` (SuffixDecoding, the draft-free source production engines took up after
+# lookahead) counts them all. A suffix trie holds every substring of the text up to a depth D,
+# each node counting how often its string occurred: the node of a pattern has one child per token
+# that ever followed the pattern, with how often. The trie of a short text, cut at depth 3, below
+# the token ` the`:
+
+# %%
+text = tokenizer.encode(" the cat sat. the cat ran. the cat sat. the dog sat. the cat")
+trie = SuffixTrie(depth=3)
+trie.extend(text)
+
+
+def print_trie(node, depth=0):
+    """Each child with its count, the most frequent first, its own children indented below it."""
+    for token, child in sorted(node.children.items(), key=lambda item: -item[1].count):
+        print(f"{'    ' * depth}{show([token])[0]!r} x{child.count}")
+        print_trie(child, depth + 1)
+
+
+the = tokenizer.encode(" the")
+print(f"{show(the)[0]!r} x{trie.find(the).count}")
+print_trie(trie.find(the), depth=1)
+
+# %% [markdown]
+# The proposer keeps such a trie of the request (prompt and output, grown as tokens are
+# committed). A pattern is a suffix of the text that something followed before; a draft grows
+# from the pattern's node best first, each node's probability the product, along its path, of
+# the share of each parent's occurrences that went on with the child's token (the present one
+# among them, which has not gone on yet), and a pattern of L tokens earns at most
+# `spec_factor` x L draft nodes: a long match, a big tree. Every pattern length grows its draft
+# and the one expecting the most accepted tokens (the sum of its nodes' probabilities) is
+# proposed; its pattern's length is the proposal's `evidence`.
+
+# %%
+proposer = SuffixProposer(spec_factor=2.0)
+proposer.begin(text)
+for length, node in proposer.trie.matches(text, proposer.max_match):  # every pattern, shortest first
+    tokens, parents, score = grow(node, int(proposer.spec_factor * length), proposer.max_depth, proposer.min_prob)
+    print(f"pattern {show(text[-length:])}: score {score:.2f}, tokens {show(tokens)}, parents {parents}")
+drafts = proposer.propose(text)
+print(f"\nproposed: the draft of the last {proposer.evidence} tokens")
+for node in range(len(drafts)):
+    print(f"   node {node}: parent {int(drafts.parents[node]):2d}, path {show(drafts.path_tokens(node))}")
+
+# %% [markdown]
+# With a `SuffixMemory` the proposer also drafts from the outputs of earlier requests (kept up to
+# a bound in tokens, the oldest evicted): the answer to the neighbouring question of section 4,
+# decoded first, helps the next request.
+
+# %%
+memory = SuffixMemory(max_tokens=4096)
+suffix_decode(model, neighbour, MAX_NEW, memory=memory)  # its answer goes into the memory
+remembering = suffix_decode(model, prompt, MAX_NEW, memory=memory)
+alone = suffix_decode(model, prompt, MAX_NEW)
+assert remembering.token_ids == alone.token_ids == greedy.token_ids
+print(f"memory: {memory.tokens} tokens in {memory.trie.nodes} trie nodes")
+table({"suffix": alone, "suffix + memory": remembering})
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Reorder the four proposers in section 3. Does the output change? S? The credit in
@@ -406,3 +474,5 @@ for proposer in (Incomplete(), OutOfVocabulary([])):
 #    first, and why (hint: `DraftTree.prune` keeps the first nodes)?
 # 5. Make `Retrieval` learn: add the accepted tokens of every step to its datastore in `learn`.
 #    Which proposer of this notebook does it become?
+# 6. Suffix decoding's `spec_factor` (alpha): try 0.5, 1 and 4 on the prompt of section 2. How do
+#    S and the tokens fed per step move? Why does a short match earn a small tree?

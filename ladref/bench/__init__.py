@@ -10,8 +10,8 @@ Modules: `cli` (the ``python -m ladref`` dispatcher), `demo`, `benchmark` (the b
 lookup as a peer decoder), `datasets` (HumanEval, MT-bench, GSM8K and Spec-Bench prompts, offline),
 `leaderboard` (Spec-Bench's layout), `context` (speed against prompt length), `cost` (the cost
 curve and surface), `load` (speculation under load: batches of every size, with `engines`, the
-serving engines' rules for drafting under load, and `load_report`), `figures` (the figures' shared
-frame) and `runinfo`.
+serving engines' rules for drafting under load, and `load_report`), `multi` (requests in order,
+memories kept across them), `figures` (the figures' shared frame) and `runinfo`.
 """
 
 from .datasets import DATASETS, Prompt, encode_prompts, load_prompts

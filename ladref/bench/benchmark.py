@@ -12,12 +12,13 @@ Examples::
     python -m ladref bench --cost --threads 2                                       # the step-cost curve t(q, kv)
     python -m ladref bench --cost --batch 1,2,4,8,16 --threads 2                    # ... and the surface t(q, kv, B)
     python -m ladref bench --dataset specbench --limit 6 --batch 1,2,4,8,16 --lookup-tokens 4  # speculation under load
+    python -m ladref bench --multi-request mtbench --limit 15 --max-new-tokens 96  # requests in order, memories kept
 
 Results go to a fresh folder, ``runs/bench-<date>-<time>/``, unless ``--out`` names one.
 The library functions live in `ladref.bench.measure` (measuring), `ladref.bench.report`
 (tables, files), `ladref.bench.leaderboard` (Spec-Bench's layout), `ladref.bench.agreement`,
 `ladref.bench.autotune`, `ladref.bench.scaling`, `ladref.bench.context`, `ladref.bench.cost` and
-`ladref.bench.load` (with `ladref.bench.engines` and `ladref.bench.load_report`);
+`ladref.bench.load` (with `ladref.bench.engines` and `ladref.bench.load_report`) and `ladref.bench.multi`;
 this module only parses, prints and saves.
 """
 
@@ -42,6 +43,8 @@ from .leaderboard import REFERENCE_SOURCE, leaderboard, leaderboard_dicts, leade
 from .load import LOAD_METHODS, canonical_load_method
 from .measure import BenchSettings, run_bench
 from .methods import METHOD_ALIASES, METHODS, canonical_method, config_label
+from .multi import MULTI_METHODS, canonical_multi_method, run_multi_command
+from .multi import add_arguments as add_multi_arguments
 from .report import agreement_lines, markdown_tables, save_results, summarize
 from .runinfo import default_out, run_meta
 
@@ -101,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--scaling", action="store_true", help="run the scaling-law sweep (W in 1..16, N in 3,5,7, G=W) instead")
     add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.fast.cost)")
     add_cost_arguments(parser)
+    add_multi_arguments(parser)
     add("--context-length", action="store_true", help="S, speedup and time per step of lookahead decoding "
         "(each --config) against prompt length instead (ladref.bench.context)")
     add("--figure", default=None, help="where --scaling / --context-length / --cost save their figure (default: in --out)")
@@ -229,12 +233,16 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     datasets = _names(args.dataset, canonical_dataset, ["specbench" if args.context_length else "gsm8k"])
     under_load = bool(args.batch) and not args.cost
-    methods = _names(args.method, canonical_load_method, list(LOAD_METHODS)) if under_load else \
-        _names(args.method, canonical_method, ["lookahead"])
+    if args.multi_request:
+        methods = _names(args.method, canonical_multi_method, list(MULTI_METHODS[1:]))
+    else:
+        methods = _names(args.method, canonical_load_method, list(LOAD_METHODS)) if under_load else \
+            _names(args.method, canonical_method, ["lookahead"])
     args.out = str(args.out or default_out())
     W = args.window
     configs = tuple(args.config or [LookaheadConfig(W, args.ngram, W if args.candidates is None else args.candidates)])
-    settings = BenchSettings(("greedy",) if under_load else tuple(methods), configs, args.block_size or configs[0].window_size,
+    only_greedy = under_load or bool(args.multi_request)  # their rows are their own (ladref.bench.load, ladref.bench.multi)
+    settings = BenchSettings(("greedy",) if only_greedy else tuple(methods), configs, args.block_size or configs[0].window_size,
                              args.lookup_tokens, args.max_new_tokens, attention_backend=args.attention_backend,
                              compile_mode=None if args.compile_mode == "none" else args.compile_mode,
                              compile_dir=args.compile_dir)
@@ -242,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
     meta = dict(run_meta(model), autotune=None)
     print(f"model SmolLM2-135M-Instruct on {meta['device']} ({meta['machine']}, {meta['dtype']}); torch {meta['torch']}, "
           f"transformers {meta['transformers']}; results to {args.out}")
+    if args.multi_request:
+        return run_multi_command(model, tokenizer, methods, args, meta)
     if args.cost:
         return (run_cost_surface if args.batch else run_cost)(model, args, meta)
     if under_load:

@@ -14,6 +14,7 @@ import sys
 COMMANDS = {
     "demo": ("ladref.bench.demo", "greedy vs lookahead decoding on the embedded SmolLM2 model"),
     "bench": ("ladref.bench.benchmark", "benchmark greedy / jacobi / lookahead / prompt lookup on real prompts"),
+    "cache": ("ladref.bench.cache_cli", "list or clear the compiled steps kept in a compile_dir"),
 }
 
 

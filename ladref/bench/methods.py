@@ -5,13 +5,16 @@
   over a static cache, compiled once (CUDA graphs on CUDA, frozen max-autotune Inductor on a
   CPU); ``compiled_adaptive``: `ladref.CompiledAdaptiveDecoder`, adaptive decoding over static
   runners of the widths 1, 2, 4, ..., 64, each compiled once, each runner's cost curve measured
-  through it (once per machine: kept in the user's cost cache). Every compiled row keeps a
+  through it (once per machine: kept in the user's cost cache, or with ``--compile-dir`` in that
+  folder's ``cost.json``, beside the packages). Every compiled row keeps a
   static cache of `SHORT_CACHE` slots for the prompts that fit in it and one sized for the
   longest prompt (a compiled step attends over all its slots);
 * ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
-  matrix kept across the benchmark's prompts, the paper's warm start), ``adaptive`` (a plain
+  matrix kept across the benchmark's prompts, the paper's warm start), ``suffix`` (suffix decoding,
+  the prompt's own text), ``suffix_memory`` (suffix decoding with one memory of the earlier prompts'
+  outputs kept across the benchmark's prompts), ``adaptive`` (a plain
   ``adaptive_decode`` call per prompt, as a user makes it: the cost curve comes from the user's
   cost cache, measured in the set-up when it is not there yet), ``draft_all``
   (`ladref.draft_decode` with adaptive decoding's sources, prompt lookup + lookahead 7/4/7 + Token Recycling, all fed every
@@ -43,10 +46,13 @@ from ..sources.jacobi import jacobi_decode
 from ..sources.lookahead import lookahead_decode
 from ..sources.prompt_lookup import prompt_lookup_decode
 from ..sources.recycling import RecyclingProposer, recycling_decode
+from ..sources.suffix import SuffixProposer, suffix_decode
+from ..sources.suffix_trie import SuffixMemory
 from .hf import generate_decode, hf_prompt_lookup_decode
 
 METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
-           "recycling", "recycling_warm", "adaptive", "draft_all", "compiled_greedy", "compiled_lookahead", "compiled_adaptive")
+           "recycling", "recycling_warm", "suffix", "suffix_memory", "adaptive", "draft_all", "compiled_greedy", "compiled_lookahead",
+           "compiled_adaptive")
 METHOD_ALIASES = {"plookup": "hf_plookup"}
 """Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
@@ -161,6 +167,11 @@ def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend:
     elif method == "recycling_warm":
         warm = RecyclingProposer.for_model(model, warm=True)
         run = lambda m, ids, n: recycling_decode(m, ids, n, proposer=warm, attention_backend=backend)  # noqa: E731
+    elif method == "suffix":
+        run = lambda m, ids, n: suffix_decode(m, ids, n, attention_backend=backend)  # noqa: E731
+    elif method == "suffix_memory":
+        remembering = SuffixProposer.for_model(model, memory=SuffixMemory())
+        run = lambda m, ids, n: suffix_decode(m, ids, n, proposer=remembering, attention_backend=backend)  # noqa: E731
     else:  # the call a user makes: the curve from the user's cost cache (measured there once, in the set-up if new)
         run = lambda m, ids, n: adaptive_decode(m, ids, n, attention_backend=backend)  # noqa: E731
     return BenchMethod(method, "tree", None, run, _first_call(run))
@@ -189,7 +200,8 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
             for c in configs:
                 run = lambda m, ids, n, c=c: lookahead_decode(m, ids, n, config=c, attention_backend=backend)  # noqa: E731
                 rows.append(BenchMethod(f"lookahead {config_label(c)}", "lookahead", c, run, _first_call(run)))
-        elif method in ("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "adaptive", "draft_all"):
+        elif method in ("prompt_lookup", "prompt_lookup_rule", "recycling", "recycling_warm", "suffix", "suffix_memory", "adaptive",
+                        "draft_all"):
             rows.append(_tree_rows(method, model, lookup_tokens, backend))
         elif method == "compiled_greedy":
             rows.append(_compiled(model, None, max_length, compile_mode, backend, compile_dir))

@@ -4,7 +4,10 @@
   `ngram_pool`, the pool the harvest goes into, keyed by first token (G candidates per step);
 * `jacobi`: Jacobi decoding's own chain of m guesses, the method lookahead starts from;
 * `prompt_lookup`: continuations copied from earlier in the text;
-* `recycling`: Token Recycling, a static tree filled from the model's own past top-k predictions.
+* `recycling`: Token Recycling, a static tree filled from the model's own past top-k predictions;
+* `suffix`: suffix decoding, drafts best first by how often each continuation followed the text's
+  end, in the request and in a memory of earlier requests; `suffix_trie`, the counted suffix
+  trie it searches and the memory (`SuffixMemory`).
 
 Each module also holds its decoder (``lookahead_decode``, ...): the shared loop
 (`ladref.decode.draft_decode`) with that proposer. A new draft source is one more file here.
