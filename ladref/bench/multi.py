@@ -41,7 +41,7 @@ from ..sources.prompt_lookup import PromptLookupProposer, prompt_lookup_decode
 from ..sources.recycling import RecyclingProposer, recycling_decode
 from ..sources.suffix import SuffixProposer, suffix_decode
 from ..sources.suffix_trie import SuffixMemory
-from .datasets import SPECBENCH_FILE, load_prompts, specbench_task
+from .datasets import SPECBENCH_FILE, load_prompts, read_jsonl, specbench_task
 from .figures import panels, save
 
 WORKLOADS = ("mtbench", "humaneval")
@@ -75,8 +75,7 @@ def conversations(workload: str, limit: int | None = None, skip: int = 0) -> lis
         return [Conversation(p.prompt_id, (p.text,)) for p in load_prompts("humaneval", limit, skip)]
     if workload != "mtbench":
         raise ValueError(f"unknown multi-request workload {workload!r}; choose from {', '.join(WORKLOADS)}")
-    with open(SPECBENCH_FILE, encoding="utf-8") as handle:
-        rows = [json.loads(line) for line in handle if line.strip()]
+    rows = read_jsonl(SPECBENCH_FILE, "ladref")
     chats = [Conversation(str(r["question_id"]), tuple(r["turns"])) for r in rows if specbench_task(r["category"]) == "mt_bench"]
     return chats[skip : None if limit is None else skip + limit]
 
