@@ -288,12 +288,14 @@ class ModelRunner(Runner):
             accepted: (k,) sorted step-relative indices of the tokens that became committed.
         """
         src = past_len + accepted.to(self.device)
+        in_place = bool((accepted.cpu() == torch.arange(accepted.shape[0])).all())  # a prefix of the step: only cut
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 full = getattr(layer, name)
-                kept = full.index_select(-2, src)  # (B, H_kv, k, D)
+                kept = None if in_place else full.index_select(-2, src)  # (B, H_kv, k, D)
                 full = full[..., : past_len + accepted.shape[0], :]
-                full[..., past_len:, :] = kept
+                if kept is not None:
+                    full[..., past_len:, :] = kept
                 setattr(layer, name, full)
 
 
@@ -326,8 +328,11 @@ def move_entries(cache: DynamicCache, rows: int | torch.Tensor, src: torch.Tenso
         src: (k,) the slots read.
         dst: (k,) the slots written.
     """
-    if len(src) == 0:
+    moved = src != dst  # an entry already in place stays (a greedy step's, in its row's next slot)
+    if not bool(moved.any()):
         return
+    rows = rows[moved] if isinstance(rows, torch.Tensor) and rows.dim() else rows
+    src, dst = src[moved], dst[moved]
     for layer in cache.layers:
         for name in ("keys", "values"):
             full = getattr(layer, name)  # (B, H_kv, T, D)

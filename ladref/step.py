@@ -100,7 +100,12 @@ def draft_step(
 
 class StepChoice(Protocol):
     """What each step feeds, chosen from the proposed trees (the loop's hook; `DraftBudget`,
-    `ladref.fast.adaptive.PolicyChoice`)."""
+    `ladref.fast.adaptive.PolicyChoice`).
+
+    Optionally also ``may_draft(kv, window_cells) -> bool``, asked before each later step's
+    drafts are proposed: False skips proposing them, and `choose` gets no trees (a choice
+    without it always has them proposed; `PolicyChoice` and the engines' rules have it).
+    """
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
         """(the tree to feed, whether to feed the window) at KV length `kv`; `window_cells`: the
@@ -154,6 +159,7 @@ def run_drafting(
         choice: what each step feeds; default `DraftBudget()`, every proposed node and the window.
     """
     choice = DraftBudget() if choice is None else choice
+    may_draft = getattr(choice, "may_draft", None)  # optional (`StepChoice`)
     needs = step_needs(proposers)
     cells = None if needs.window is None else needs.window.grid.numel() - 1
     context = prompt.tolist()
@@ -178,5 +184,8 @@ def run_drafting(
             return
         context.extend(outcome.tokens)
         current = outcome.tokens[-1]
-        trees, evidence = propose_apart(proposers, context, runner.vocab_size)  # 1. propose the next step's drafts
+        if may_draft is None or may_draft(runner.past_len, cells):  # 1. propose the next step's drafts
+            trees, evidence = propose_apart(proposers, context, runner.vocab_size)
+        else:  # no draft could pay: none proposed
+            trees, evidence = [], []
         choice.timed(outcome.fed, kv, time.perf_counter() - start)

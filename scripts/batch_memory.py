@@ -4,7 +4,7 @@ The same B Spec-Bench prompts (one per task, in turn) are decoded as one batch b
 process of its own; "model only" loads the model and decodes nothing. What a method adds is its
 peak minus the model-only peak; the ratio to batched greedy's is what the batch's drafts cost in memory.
 
-    python scripts/batch_memory.py --batch 16 --max-new-tokens 64 --out benchmarks/results/batch_memory_cpu.json
+    python scripts/batch_memory.py --batch 16 --max-new-tokens 64 --threads 1 --out benchmarks/results/load/batch_memory_cpu.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ eos = [model.generation_config.eos_token_id]
 surface = CostSurface.roofline(0.015, 0.0014)
 method = "{method}"
 if method != "model only":
-    rows = load_decoders(LoadSettings(methods=(method,), lookup_tokens=4), surface, eos)[method](model, ids, {tokens})
+    rows = load_decoders(LoadSettings(methods=tuple(dict.fromkeys(("greedy", method))), lookup_tokens=4), surface, eos)[method](model, ids, {tokens})
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 METHODS = ("model only", "greedy", "generate", "lookahead", "prompt_lookup", "threshold", "chain", "adaptive")

@@ -12,7 +12,7 @@ from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, voc
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, greedy_decode, lookahead_decode
 from ladref.fast.adaptive import AdaptiveDecoder, adaptive_decode
 from ladref.fast.cost import CostModel
-from ladref.fast.policy import DraftPolicy, PolicySettings
+from ladref.fast.policy import DraftPolicy, Load, PolicySettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FLAT = CostModel.flat(256)  # a launch-bound GPU: any width costs one step
@@ -58,6 +58,34 @@ def test_a_cpu_curve_makes_it_decode_greedily_until_drafts_pay():
     assert learned > 0.8  # checked against every step's tokens, fed or not
     flat = AdaptiveDecoder(model, cost=FLAT, proposers=[PromptLookupProposer()], window=None)([1, 2, 3], 60, eos_token_id=[])
     assert flat.stats.steps <= result.stats.steps and flat.token_ids == result.token_ids
+
+
+@given(st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=5), min_size=1, max_size=6), st.floats(0.05, 0.95),
+       st.floats(0.0, 20.0), st.integers(1, 12), st.sampled_from([None, 6]), st.sampled_from([FLAT, CPU]))
+def test_a_closed_gate_means_no_tree_would_have_been_fed(paths, rate, others, floor, cells, cost):
+    policy, load = DraftPolicy(cost, settings=PolicySettings(prior=(rate, 1.0))), Load(others, floor)
+    choice = policy.choose([DraftTree.from_paths(paths, "s")], 100, cells, None, load)
+    if not policy.may_draft(100, cells, load):  # the most hopeful tree would not pay: this one does not either
+        assert len(choice.tree) == 0 and not choice.window
+
+
+def test_drafts_are_not_proposed_while_none_could_pay():
+    class Counted(PromptLookupProposer):
+        calls = 0
+
+        def propose(self, context):
+            Counted.calls += 1
+            return super().propose(context)
+
+    busy = CostModel.from_ratios({1: 1.0, 2: 1.8, 4: 2.3, 8: 3.3, 16: 5.0, 32: 6.8})  # a pass of 16 rows on 2 cores
+    assert not DraftPolicy(busy).may_draft(0, None, Load(others=15.0))  # every draft widens 16 rows' pass
+    assert DraftPolicy(busy).may_draft(0) and DraftPolicy(FLAT).may_draft(0, None, Load(others=15.0))
+    model, steep = tiny_model("llama", 16, 0), CostModel.from_ratios({1: 1.0, 2: 50.0, 64: 100.0})
+    result = adaptive_decode(model, [1, 2, 3], 30, cost=steep, proposers=[Counted()], eos_token_id=[])
+    assert result.token_ids == hf_greedy(model, [1, 2, 3], 30) and Counted.calls == 1  # the first, checked before prefill
+    Counted.calls = 0
+    drafting = adaptive_decode(model, [1, 2, 3], 30, cost=CPU, proposers=[Counted()], eos_token_id=[])
+    assert drafting.token_ids == result.token_ids and Counted.calls == drafting.stats.steps  # proposed before every step
 
 
 def test_the_policy_learns_from_trees_it_did_not_feed():

@@ -63,6 +63,7 @@ def test_interpolation_in_width_and_kv_length():
     assert cost.times(kv=200) == pytest.approx({1: 2.0, 2: 3.0, 8: 7.0})
     assert cost.tokens_per_second(3.0, 8, kv=300) == pytest.approx(3.0 / 9.0)
     assert cost.max_width == 8
+    assert cost.curve(kv=200) == pytest.approx([cost.time(q, kv=200) for q in range(1, 9)])  # every width, read once
 
 
 def test_out_of_range_queries_are_refused():

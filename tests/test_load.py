@@ -43,6 +43,17 @@ def test_the_chain_controller_prices_draft_length_on_the_surface():
     assert ChainController(CPU_LIKE, 4, alpha=controller.alpha).length(4, 0) == 0  # 4 rows: every token costs
 
 
+def test_the_engines_rules_say_when_the_next_drafts_need_not_be_proposed():
+    from types import SimpleNamespace
+
+    from ladref.bench.engines import Chain, Threshold
+
+    assert Threshold(SimpleNamespace(rows=2), 2).may_draft(0, None) and not Threshold(SimpleNamespace(rows=3), 2).may_draft(0, None)
+    controller = ChainController(CPU_LIKE, 4, alpha=0.02)
+    assert Chain(SimpleNamespace(rows=1), controller).may_draft(0, None)  # alone: a chain of 2 pays
+    assert not Chain(SimpleNamespace(rows=4), controller).may_draft(0, None)  # 4 rows: none does
+
+
 def test_the_load_benchmark_checks_every_row_and_prices_what_it_measured(tmp_path):
     model = tiny_model("llama", 16, 0)
     settings = LoadSettings(batches=(1, 3), methods=("greedy", "generate", "prompt_lookup", "threshold", "chain", "adaptive"),

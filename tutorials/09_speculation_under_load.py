@@ -433,7 +433,8 @@ plt.show()
 #
 # A rule is a `ladref.step.StepChoice`: an object whose `choose(trees, evidence, kv,
 # window_cells)` returns the tree to feed and whether to feed the lookahead window, with
-# `observe(tokens)` and `timed(fed, kv, seconds)` to learn from. Ours ignores acceptance
+# `observe(tokens)` and `timed(fed, kv, seconds)` to learn from (and, if it likes,
+# `may_draft(kv, window_cells)`: False spares the loop proposing drafts it will not feed). Ours ignores acceptance
 # altogether: it drafts the longest chain whose pass costs at most 25 % more than a greedy pass
 # of the same batch. `decode_with_proposers` runs it on ladref's one drafting loop, with one
 # choice per row made from the row's runner, which knows the batch it runs in (`runner.rows`).

@@ -40,7 +40,10 @@ class Threshold:
         self.runner, self.threshold = runner, threshold
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
-        return (merge_all(trees) if self.runner.rows <= self.threshold else DraftTree.empty()), False
+        return (merge_all(trees) if self.may_draft(kv, window_cells) else DraftTree.empty()), False
+
+    def may_draft(self, kv: int, window_cells: int | None) -> bool:
+        return self.runner.rows <= self.threshold
 
     def observe(self, tokens: Sequence[int]) -> None:
         pass
@@ -85,6 +88,9 @@ class Chain:
         tree = merge_all(trees).prune(self.controller.length(self.runner.rows, kv))
         self.fed = len(tree)
         return tree, False
+
+    def may_draft(self, kv: int, window_cells: int | None) -> bool:
+        return self.controller.length(self.runner.rows, kv) > 0
 
     def observe(self, tokens: Sequence[int]) -> None:
         if self.fed:  # the step's tokens: its accepted draft, plus one

@@ -73,11 +73,21 @@ class PolicyChoice:
         self.surface = CostSurface.of(policy.cost) if surface is None else surface  # None: one prompt, the policy's curve
         self.row = runner if isinstance(runner, RowRunner) else None  # a row of a batch, or None
 
-    def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
-        if self.row is not None and self.row.rows != self.rows:
+    def load(self) -> Load:
+        """The rest of the batch this step runs in (`Load()` alone), its curve read for the rows left."""
+        if self.row is None:
+            return Load()
+        if self.row.rows != self.rows:
             self.rows = self.row.rows
             self.policy.cost = self.surface.at(self.rows)
-        load = Load() if self.row is None else Load(*self.row.others())
+        return Load(*self.row.others())
+
+    def may_draft(self, kv: int, window_cells: int | None) -> bool:
+        """False when no draft could pay in the batch as it stands (`DraftPolicy.may_draft`): not proposed."""
+        return self.policy.may_draft(kv, window_cells, self.load())
+
+    def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
+        load = self.load()
         self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
         choice = self.policy.choose(trees, kv, window_cells, evidence, load)
         self.policy.watch(choice.probe, choice.probe_expected)  # what drafting alone would feed: checked, fed or not

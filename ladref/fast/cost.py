@@ -140,6 +140,12 @@ class CostModel:
         row = self.times(kv)
         return _between(self.widths, [row[w] for w in self.widths], q)
 
+    def curve(self, kv: float | None = None) -> list[float]:
+        """[t(q, kv) for q = 1..max_width], the KV interpolation done once (index q - 1)."""
+        row = self.times(kv)
+        measured = [row[w] for w in self.widths]
+        return [_between(self.widths, measured, q) for q in range(1, self.max_width + 1)]
+
     def relative(self, q: float, kv: float | None = None) -> float:
         """t(q, kv) / t(1, kv): the tokens a q-token step must yield to match greedy decoding."""
         return self.time(q, kv) / self.time(1, kv)

@@ -189,6 +189,7 @@ class DraftPolicy:
     window_value: float = 0.0
     corrections: dict[int, float] = field(default_factory=dict)
     probes: ProbeTally = field(default_factory=ProbeTally)
+    _priced: tuple | None = field(default=None, init=False, repr=False, compare=False)  # the last `step_times`
 
     def __post_init__(self) -> None:
         if self.widths is not None:
@@ -283,12 +284,26 @@ class DraftPolicy:
         widths = self.widths if self.widths is not None else self.cost.widths
         return next((w for w in widths if w >= q), widths[-1])
 
+    def step_times(self, kv: int) -> list[float]:
+        """[t(q, kv) for q = 1..`max_width`()] (index q - 1) as the policy prices a step of q tokens:
+        padded to the next compiled width when widths are set, times the correction learned from
+        timed steps of its bucket (of any bucket until it has one). The curve is read once."""
+        key = (kv, self.cost, tuple(self.corrections.items()))
+        if self._priced is not None and self._priced[0] == key:  # asked again before the step (`may_draft`, `choose`)
+            return self._priced[1]
+        curve, default = self.cost.curve(kv), self.corrections.get(0, 0.0)
+        widths, j, times = self.widths if self.widths is not None else self.cost.widths, 0, []
+        for q in range(1, self.max_width() + 1):
+            while j < len(widths) - 1 and widths[j] < q:  # the bucket: the first width >= q, else the widest
+                j += 1
+            bucket = widths[j]
+            times.append(curve[(bucket if self.widths is not None else q) - 1] * math.exp(self.corrections.get(bucket, default)))
+        self._priced = (key, times)
+        return times
+
     def step_time(self, q: int, kv: int) -> float:
-        """t of a step of q tokens: padded to the next compiled width when widths are set, times
-        the correction learned from timed steps of its bucket (of any bucket until it has one)."""
-        bucket = self.bucket(q)
-        correction = self.corrections.get(bucket, self.corrections.get(0, 0.0))
-        return self.cost.time(bucket if self.widths is not None else q, kv) * math.exp(correction)
+        """t of a step of q tokens, as `step_times` prices it."""
+        return self.step_times(kv)[q - 1]
 
     def timed(self, q: int, kv: int, seconds: float) -> None:
         """A step of q tokens over kv cached ones took `seconds`, all of it (proposing, choosing,
@@ -318,15 +333,24 @@ class DraftPolicy:
         """
         tree, value = self._merged(trees, evidence)
         order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
-        expected = [0.0] + value[order].cumsum(0).tolist()
-        (rate, b, window), probe = self._search(expected, kv, window_cells, load)
-        own = self._search(expected, kv, window_cells, Load(load.others))[0] if load.floor > 1 else (rate, b, window)
+        expected, times = [0.0] + value[order].cumsum(0).tolist(), self.step_times(kv)
+        (rate, b, window), probe = self._search(expected, times, window_cells, load)
+        own = self._search(expected, times, window_cells, Load(load.others))[0] if load.floor > 1 else (rate, b, window)
         return Choice(tree.select(order[:b]), window, rate, tree.select(order[:probe]) if probe else None,
                       expected[probe] if probe else 0.0, 1 + own[1] + (window_cells if own[2] else 0))
 
-    def _search(self, expected: list[float], kv: int, window_cells: int | None, load: Load) -> tuple[tuple[float, int, bool], int]:
+    def may_draft(self, kv: int, window_cells: int | None = None, load: Load = Load()) -> bool:
+        """Whether any draft, or the window, could pay at this step: `choose` at its most hopeful,
+        every node worth a whole token (a node is worth at most 1, so b nodes at most b). False:
+        whatever were proposed, the step would be a plain greedy one, so proposing can be skipped."""
+        _, b, window = self._search(list(range(self.max_width() + 1)), self.step_times(kv), window_cells, load)[0]
+        return b > 0 or window
+
+    def _search(self, expected: list[float], times: list[float], window_cells: int | None,
+                load: Load) -> tuple[tuple[float, int, bool], int]:
         """The best (rate, b, window) over every b and window, and the b of the best draft-only step
-        (no window, b >= 1; 0: none), `expected[b]` being the b most valuable nodes' summed value.
+        (no window, b >= 1; 0: none), `expected[b]` being the b most valuable nodes' summed value
+        and `times[q - 1]` a step of q tokens' (`step_times`).
         The rate is the pass's: (the other rows' tokens + this row's) / t(the widest of the pass)."""
         gain = [self.trust * e for e in expected]
         best, probe = (-1.0, 0, False), (-1.0, 0)
@@ -334,7 +358,7 @@ class DraftPolicy:
             base = 1 + (window_cells if window else 0)
             bonus = max(self.window_value, self.settings.window_bonus) if window else 0.0
             for b in range(0, min(len(expected) - 1, self.max_width() - base) + 1):
-                rate = (load.others + 1.0 + gain[b] + bonus) / self.step_time(max(base + b, load.floor), kv)
+                rate = (load.others + 1.0 + gain[b] + bonus) / times[min(max(base + b, load.floor), len(times)) - 1]
                 if rate >= best[0]:  # ties go to the wider step: more evidence for the same time
                     best = (rate, b, window)
                 if not window and b and rate > probe[0]:
