@@ -342,7 +342,7 @@ class DraftPolicy:
     def may_draft(self, kv: int, window_cells: int | None = None, load: Load = Load()) -> bool:
         """Whether any draft, or the window, could pay at this step: `choose` at its most hopeful,
         every node worth a whole token (a node is worth at most 1, so b nodes at most b). False:
-        whatever were proposed, the step would be a plain greedy one, so proposing can be skipped."""
+        whatever is proposed, the step will be a plain greedy one, so proposing can be skipped."""
         _, b, window = self._search(list(range(self.max_width() + 1)), self.step_times(kv), window_cells, load)[0]
         return b > 0 or window
 
