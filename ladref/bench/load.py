@@ -33,6 +33,7 @@ from ..results import DecodeResult, DecodeStats
 from ..sources.lookahead import lookahead_decode
 from ..sources.prompt_lookup import prompt_lookup_decode
 from .engines import chain_decode, threshold_decode
+from .methods import one_of
 
 LOAD_METHODS = ("greedy", "generate", "lookahead", "prompt_lookup", "prompt_lookup_rule", "threshold", "chain", "adaptive")
 BatchDecoder = Callable[[torch.nn.Module, list, int], list[DecodeResult]]
@@ -40,9 +41,7 @@ BatchDecoder = Callable[[torch.nn.Module, list, int], list[DecodeResult]]
 
 def canonical_load_method(name: str) -> str:
     """`name` if it is one of `LOAD_METHODS`, else a ValueError listing them."""
-    if name not in LOAD_METHODS:
-        raise ValueError(f"unknown method {name!r} for --batch; choose from {', '.join(LOAD_METHODS)}")
-    return name
+    return one_of(name, LOAD_METHODS, "method {!r} for --batch")
 
 
 @dataclass(frozen=True)

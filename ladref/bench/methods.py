@@ -65,17 +65,22 @@ def config_label(config: LookaheadConfig) -> str:
     return f"{config.window_size}/{config.ngram_size}/{config.max_candidates}"
 
 
+def one_of(name: str, choices: Sequence[str], what: str = "method {!r}", note: str = "") -> str:
+    """`name` if it is one of `choices`; else a ValueError "unknown <what>; choose from <choices><note>",
+    `what` formatted with the name (e.g. "method {!r} for --batch")."""
+    if name not in choices:
+        raise ValueError(f"unknown {what.format(name)}; choose from {', '.join(choices)}{note}")
+    return name
+
+
 def canonical_method(name: str) -> str:
     """The method's name for `name` ("plookup" -> "hf_plookup").
 
     Raises:
         ValueError: an unknown method, listing the valid names.
     """
-    name = METHOD_ALIASES.get(name, name)
-    if name not in METHODS:
-        aliases = ", ".join(f"{a} = {m}" for a, m in METHOD_ALIASES.items())
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} (aliases: {aliases})")
-    return name
+    aliases = ", ".join(f"{a} = {m}" for a, m in METHOD_ALIASES.items())
+    return one_of(METHOD_ALIASES.get(name, name), METHODS, note=f" (aliases: {aliases})")
 
 
 def method_name(label: str) -> str:

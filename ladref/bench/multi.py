@@ -43,6 +43,7 @@ from ..sources.suffix import SuffixProposer, suffix_decode
 from ..sources.suffix_trie import SuffixMemory
 from .datasets import SPECBENCH_FILE, load_prompts, read_jsonl, specbench_task
 from .figures import panels, save
+from .methods import one_of
 
 WORKLOADS = ("mtbench", "humaneval")
 MULTI_METHODS = ("greedy", "suffix_memory", "suffix", "recycling_warm", "prompt_lookup", "lookahead", "adaptive_all")
@@ -52,9 +53,7 @@ LATER = 10
 
 def canonical_multi_method(name: str) -> str:
     """`name` if it is one of `MULTI_METHODS`. Raises ValueError naming the valid ones."""
-    if name not in MULTI_METHODS:
-        raise ValueError(f"unknown multi-request method {name!r}; choose from {', '.join(MULTI_METHODS)}")
-    return name
+    return one_of(name, MULTI_METHODS, "multi-request method {!r}")
 
 
 @dataclass(frozen=True)
@@ -73,8 +72,7 @@ def conversations(workload: str, limit: int | None = None, skip: int = 0) -> lis
     """The workload's conversations in order: MT-bench's two-turn questions, or one-turn HumanEval prompts."""
     if workload == "humaneval":
         return [Conversation(p.prompt_id, (p.text,)) for p in load_prompts("humaneval", limit, skip)]
-    if workload != "mtbench":
-        raise ValueError(f"unknown multi-request workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+    one_of(workload, WORKLOADS, "multi-request workload {!r}")
     rows = read_jsonl(SPECBENCH_FILE, "ladref")
     chats = [Conversation(str(r["question_id"]), tuple(r["turns"])) for r in rows if specbench_task(r["category"]) == "mt_bench"]
     return chats[skip : None if limit is None else skip + limit]
