@@ -331,13 +331,13 @@ def move_entries(cache: DynamicCache, rows: int | torch.Tensor, src: torch.Tenso
     moved = src != dst  # an entry already in place stays (a greedy step's, in its row's next slot)
     if not bool(moved.any()):
         return
-    rows = rows[moved] if isinstance(rows, torch.Tensor) and rows.dim() else rows
-    src, dst = src[moved], dst[moved]
+    device = cache.layers[0].keys.device  # the indices moved there once, for every layer
+    at = torch.as_tensor(rows[moved] if isinstance(rows, torch.Tensor) and rows.dim() else rows).to(device)
+    src, dst = src[moved].to(device), dst[moved].to(device)
     for layer in cache.layers:
         for name in ("keys", "values"):
             full = getattr(layer, name)  # (B, H_kv, T, D)
-            at = torch.as_tensor(rows).to(full.device)
-            full[at, :, dst.to(full.device)] = full[at, :, src.to(full.device)]  # (k, H_kv, D)
+            full[at, :, dst] = full[at, :, src]  # (k, H_kv, D)
 
 
 def stack_caches(cache: DynamicCache, rows: Sequence[DynamicCache]) -> None:
