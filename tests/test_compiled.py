@@ -186,8 +186,10 @@ def test_package_names_and_bad_compile_dirs(tmp_path):
     assert weights_digest(model) == weights_digest(build_tiny("llama", 16, 1)) != weights_digest(other)
     runner = StaticRunner(model, 64, compile_mode="max-autotune", widths=(1, 4), compile_dir=tmp_path)
     longer = StaticRunner(model, 96, compile_mode="max-autotune", widths=(1, 4), compile_dir=tmp_path)
-    names = {package_name(r, w, d) for r in (runner, longer) for w in (1, 4) for d in ("weights", "others")}
-    assert len(names) == 8  # cache length, width and weights each name their own package
+    names = {package_name(r, d) for r in (runner, longer) for d in ("weights", "others")}
+    assert len(names) == 4 and all(n.startswith("step-w1-4-") for n in names)  # one package for both widths
+    one = StaticRunner(model, 64, compile_mode="max-autotune", step_width=4, compile_dir=tmp_path)
+    assert package_name(one, "weights").startswith("step-w4-") and package_name(one, "weights") not in names
     decoder = CompiledAdaptiveDecoder(model, max_lengths=(64, 96), widths=(1, 4), mode="max-autotune", compile_dir=tmp_path)
     assert [r.compile_dir for r in decoder.runners] == [tmp_path, tmp_path] and list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError, match="compile_mode must be one of .'max-autotune', 'default'., got None"):

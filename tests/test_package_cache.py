@@ -31,6 +31,8 @@ from ladref.bench.cli import main
 from ladref.fast import precompiled
 from ladref.fast.cost import CostCache, CostModel
 from ladref.fast.precompiled import package_name, package_problem, read_package_record, weights_digest
+from ladref.fast.static import StaticRunner
+from ladref.results import DecodeStats
 
 PROMPTS = ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 6, 5, 4])
 NEW = 12
@@ -68,7 +70,7 @@ def decode_all(decoder) -> list[list[int]]:
 
 def name_for(model: torch.nn.Module, folder: Path) -> str:
     """The package name `make(model, folder)` looks for."""
-    return package_name(make(model, folder).runner, 1, weights_digest(model))
+    return package_name(make(model, folder).runner, weights_digest(model))
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +115,31 @@ def test_a_package_carries_its_record_and_loads_without_a_warning(built, model, 
     assert decode_all(decoder) == expected
 
 
+@pytest.mark.slow
+def test_one_package_serves_every_width_of_a_runner(model, expected, tmp_path):
+    """A runner of several widths builds one package, its width a dynamic dimension (one copy of
+    the weights for all widths); a later runner loads it for every width; every width is exact."""
+    first = CompiledAdaptiveDecoder(model, max_lengths=32, widths=(1, 2, 4), mode="default", compile_dir=tmp_path, cache=CostCache())
+    assert [first(p, NEW, eos_token_id=[]).token_ids for p in PROMPTS] == expected
+    (package,) = tmp_path.glob("step-*.pt2")
+    assert package.name.startswith("step-w1-4-") and read_package_record(package)["width"] == "1-4"
+    later = CompiledAdaptiveDecoder(model, max_lengths=32, widths=(1, 2, 4), mode="default", compile_dir=tmp_path,
+                                    cache=first.cost_cache)
+    with no_warning_of_ours():
+        later.warmup()
+    runner, eager = later.runners[0], StaticRunner(model, 32, widths=(1, 2, 4))
+    assert runner.from_disk == {1: True, 2: True, 4: True}
+    for q in (1, 2, 3, 4):  # widths 1, 2, 4, and 3 padded to 4
+        for r in (runner, eager):
+            r.prefill(torch.tensor(PROMPTS[0]), DecodeStats())
+        ids = torch.tensor(PROMPTS[1][:q])
+        torch.testing.assert_close(runner.forward(ids), eager.forward(ids))
+    assert [later(p, NEW, eos_token_id=[]).token_ids for p in PROMPTS] == expected
+
+
 def test_unusable_packages_are_named_for_what_is_wrong(built, model, tmp_path):
     runner = make(model, tmp_path).runner
-    record = precompiled.package_record(runner, 1, weights_digest(model))
+    record = precompiled.package_record(runner, weights_digest(model))
     assert package_problem(built, record) is None
     truncated = spoiled(built, tmp_path / "t", built.read_bytes()[: built.stat().st_size // 2])
     garbage = spoiled(built, tmp_path / "g", b"not a package at all\n" * 50)
@@ -136,7 +160,7 @@ def test_a_truncated_package_is_reported_once_and_rebuilt(built, model, expected
     assert len([w for w in caught if "cannot be used" in str(w.message)]) == 1  # reported once
     assert str(path) in str(caught[0].message) and decoder.runner.from_disk == {1: False}
     assert decode_all(decoder) == expected
-    assert package_problem(path, precompiled.package_record(decoder.runner, 1, weights_digest(model))) is None
+    assert package_problem(path, precompiled.package_record(decoder.runner, weights_digest(model))) is None
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == [path.name]  # rebuilt in place
 
 

@@ -2,7 +2,7 @@
 
 `list_packages` reads each package's record (`ladref.fast.precompiled.read_package_record`, from the
 archive, nothing loaded): its size, model, cache length and width, mode and the torch it was built
-with. `clear_packages` removes ladref's own files only: the packages (``step-w<width>-<digest>.pt2``),
+with. `clear_packages` removes ladref's own files only: the packages (``step-w<widths>-<digest>.pt2``),
 their lock files, partial builds a killed process left behind, and the cost curves file
 (``cost.json``) when it is a ladref cost cache; any other file in the folder stays.
 """
@@ -59,7 +59,7 @@ def list_packages(directory: str | Path) -> list[PackageInfo]:
             except (OSError, zipfile.BadZipFile, ValueError, KeyError) as error:
                 found.append(PackageInfo(path, path.stat().st_size, {}, f"unreadable: {error}"))
     return sorted(found, key=lambda p: (p.problem is not None, p.record.get("model", ""), p.record.get("config", ""),
-                                        int(p.record.get("max_length", 0)), int(p.record.get("width", 0))))
+                                        int(p.record.get("max_length", 0)), int(p.record.get("width", "0").split("-")[-1])))
 
 
 def own_cost_file(directory: Path) -> Path | None:

@@ -1,18 +1,18 @@
 """Compiled steps a later process loads instead of compiling: AOTInductor packages on disk.
 
-Inductor's on-disk caches do not keep a frozen max-autotune step on a CPU: its weights are packed
-into oneDNN tensors, which Inductor does not cache (docs/compiled.md), so with `torch.compile`
-every process compiles every width again, about a minute each for SmolLM2-135M. With a
-``compile_dir``, a `ladref.fast.static.StaticRunner` instead exports each width's step
-(`torch.export`) and compiles it ahead of time into an AOTInductor package, a file, once; a
-runner in any later process with the same model, cache length, width and settings loads it in
-seconds. The package holds the (frozen) weights, not the KV cache: its cache buffers are bound,
-without a copy, to the runner's own (``user_managed``), so the loaded step writes the runner's
-cache exactly as the compiled one does.
+Inductor's on-disk caches do not keep a frozen max-autotune step on a CPU (its packed oneDNN
+weights are not cached, docs/compiled.md): with `torch.compile` every process compiles every width
+again. With a ``compile_dir``, a `ladref.fast.static.StaticRunner` instead exports its step
+(`torch.export`) and compiles it ahead of time into an AOTInductor package, a file, once; a later
+runner of the same model, cache length, widths and settings loads it in seconds. One package
+serves all of a runner's widths, the width a dynamic dimension (1 to the widest): it holds one
+copy of the frozen, packed weights, where one package per width held one each. The package holds
+the weights, not the KV cache: its cache buffers are bound, without a copy, to the runner's own
+(``user_managed``), so the loaded step writes the runner's cache exactly as the compiled one does.
 
 A file on disk is not trusted by its name alone. Every package carries a record of what it was
 built for (`package_record`: model class, config and weights digests, dtype, device, cache
-length, width, mode, threads, processor, torch and transformers versions), stored inside it as
+length, widths, mode, threads, processor, torch and transformers versions), stored inside it as
 AOTInductor metadata and read back (`read_package_record`) before the package is loaded. A
 package that cannot be read (truncated, another format) or whose record differs (a file copied
 over another's name) is reported with a warning and built again. A package is written to a
@@ -46,10 +46,13 @@ try:
 except ImportError:  # no advisory locks (Windows): builds stay atomic (a temporary file renamed), maybe done twice
     fcntl = None
 
-# Inductor settings of each compile mode a package can be built with
-PACKAGE_CONFIGS = {"max-autotune": {"freezing": True, "max_autotune": True}, "default": {}}
-FORMAT = "ladref.package/1"
-PACKAGE_FILE = re.compile(r"step-w\d+-[0-9a-f]{32}\.pt2")
+# Inductor settings of each compile mode a package can be built with ("max-autotune": every GEMM
+# in Inductor's own C++ kernels, whose packed weights are plain tensors, the same for every width)
+PACKAGE_CONFIGS = {"max-autotune": {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}, "default": {}}
+# the weights in a file of their own, read once when loaded (in the library: resident twice)
+WEIGHTS_APART = {"aot_inductor.package_constants_in_so": False, "aot_inductor.package_constants_on_disk_format": "binary_blob"}
+FORMAT = "ladref.package/2"
+PACKAGE_FILE = re.compile(r"step-w\d+(-\d+)?-[0-9a-f]{32}\.pt2")
 """The names of ladref's packages; beside each, its ``.lock`` and, while it is built, ``.<stem>.*.part.pt2``."""
 COST_FILE = "cost.json"
 """The `ladref.fast.cost.CostCache` file a `compile_dir` keeps beside its packages (the compiled steps' cost curves)."""
@@ -90,21 +93,27 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def package_record(runner, width: int, weights: str) -> dict[str, str]:
-    """Everything the compiled code of `runner`'s step of `width` depends on, as strings; `weights`:
-    the model's `weights_digest`. Hashed into the package's name and stored inside the package."""
+def package_widths(runner) -> str:
+    """The widths `runner`'s package serves: "8" (one width), or "1-64" (every width up to the widest)."""
+    widest = runner.widths[-1]
+    return str(widest) if len(runner.widths) == 1 else f"1-{widest}"
+
+
+def package_record(runner, weights: str) -> dict[str, str]:
+    """Everything the compiled code of `runner`'s steps depends on, as strings; `weights`: the
+    model's `weights_digest`. Hashed into the package's name and stored inside the package."""
     model, device = runner.model, runner.device
     return {"format": FORMAT, "model": type(model).__name__, "config": _digest(model.config.to_json_string()),
             "weights": weights, "dtype": str(runner.dtype), "device": str(device), "max_length": str(runner.max_length),
-            "width": str(width), "mode": str(runner.compile_mode), "threads": str(torch.get_num_threads()),
+            "width": package_widths(runner), "mode": str(runner.compile_mode), "threads": str(torch.get_num_threads()),
             "processor": torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else torch.cuda.get_device_name(device),
             "kernels": "+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default",
             "torch": torch.__version__, "transformers": transformers.__version__}
 
 
-def package_name(runner, width: int, weights: str) -> str:
-    """The file name of `runner`'s step of `width`: a digest of everything its compiled code depends on."""
-    return f"step-w{width}-{_digest(json.dumps(package_record(runner, width, weights), sort_keys=True))}.pt2"
+def package_name(runner, weights: str) -> str:
+    """The file name of `runner`'s package: its widths and a digest of everything its compiled code depends on."""
+    return f"step-w{package_widths(runner)}-{_digest(json.dumps(package_record(runner, weights), sort_keys=True))}.pt2"
 
 
 def read_package_record(path: str | os.PathLike) -> dict[str, str]:
@@ -170,14 +179,20 @@ class ExportedStep(torch.nn.Module):
         return self.step(self.runner, input_ids, position_ids, allowed, length)
 
 
-def build_package(runner, width: int, path: Path, step: Callable, record: dict[str, str]) -> None:
-    """Export `step` at `width` over a scratch runner of the same model and cache length (the
-    runner's own cache is never traced), compile it ahead of time with `record` inside, save it at `path`."""
-    scratch, d = type(runner)(runner.model, runner.max_length), runner.device
+def build_package(runner, path: Path, step: Callable, record: dict[str, str]) -> None:
+    """Export `step` over a scratch runner of the same model and cache length (the runner's own
+    cache is never traced), its width dynamic when `runner` has several, compile it ahead of time
+    with `record` inside, save it at `path`."""
+    scratch, d, width = type(runner)(runner.model, runner.max_length), runner.device, runner.widths[-1]
     example = (torch.zeros(width, dtype=torch.long, device=d), torch.arange(width, device=d),
                torch.ones(width, width, dtype=torch.bool, device=d).tril_(), torch.tensor(0, device=d))
+    dynamic = None
+    if len(runner.widths) > 1:  # one program for every width 1..widest: ids, positions and both sides of the mask
+        w = torch.export.Dim("width", min=1, max=width)
+        dynamic = ({0: w}, {0: w}, {0: w, 1: w}, None)
     meta = dict(record, name=runner.model.config.name_or_path or "")  # the name, for people only: not checked
-    configs = dict(PACKAGE_CONFIGS[runner.compile_mode], **{"aot_inductor.metadata": {f"ladref.{k}": v for k, v in meta.items()}})
+    configs = dict(PACKAGE_CONFIGS[runner.compile_mode], **WEIGHTS_APART,
+                   **{"aot_inductor.metadata": {f"ladref.{k}": v for k, v in meta.items()}})
     path.parent.mkdir(parents=True, exist_ok=True)
     # first, before any work: a folder that cannot be written fails here. Written whole, then
     # renamed: never half a file under the package's name
@@ -186,7 +201,7 @@ def build_package(runner, width: int, path: Path, step: Callable, record: dict[s
     try:
         with torch.no_grad(), attention_scope(runner.kernels):
             step(scratch, example[0][:1], example[1][:1], example[2][:1, :1], example[3])  # allocates its cache buffers
-            program = torch.export.export(ExportedStep(step, scratch), example, strict=True)
+            program = torch.export.export(ExportedStep(step, scratch), example, dynamic_shapes=dynamic, strict=True)
             torch._inductor.aoti_compile_and_package(program, package_path=part, inductor_configs=configs)
         os.chmod(part, 0o644)  # mkstemp's file is private; a package is as readable as a cache file
         os.replace(part, path)
@@ -214,9 +229,10 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[:200]}"
 
 
-def packaged_step(runner, width: int, directory: Path, weights: str, step: Callable) -> tuple[Callable | None, bool]:
-    """The step of `width` from its package in `directory`, bound to the runner's cache; built from
-    `step` first (`build_package`) when missing or unusable; `weights`: the model's `weights_digest`.
+def packaged_step(runner, directory: Path, weights: str, step: Callable) -> tuple[Callable | None, bool]:
+    """The step of every width of `runner` from its package in `directory`, bound to the runner's
+    cache; built from `step` first (`build_package`) when missing or unusable; `weights`: the
+    model's `weights_digest`.
 
     Never raises for what is on disk: a package that cannot be used is reported with a warning and
     built again; a package that cannot be built or loaded (a read-only or full folder) is reported,
@@ -225,8 +241,8 @@ def packaged_step(runner, width: int, directory: Path, weights: str, step: Calla
     Returns:
         (a step called as `static_step` is, or None; whether a usable package was already on disk).
     """
-    record = package_record(runner, width, weights)
-    path = directory / package_name(runner, width, weights)
+    record = package_record(runner, weights)
+    path = directory / package_name(runner, weights)
     with package_lock(path):
         if path.exists():
             problem = package_problem(path, record)
@@ -237,7 +253,7 @@ def packaged_step(runner, width: int, directory: Path, weights: str, step: Calla
                     problem = f"torch could not load it ({_why(error)})"
             warnings.warn(f"compiled step {path} cannot be used: {problem}; building it again", stacklevel=4)
         try:
-            build_package(runner, width, path, step, record)
+            build_package(runner, path, step, record)
             return load_package(path, runner), False
         except Exception as error:  # a read-only or full folder (OSError, or torch's writer's RuntimeError), ...
             reason = error.strerror if isinstance(error, OSError) and error.strerror else _why(error)

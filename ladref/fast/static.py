@@ -128,9 +128,11 @@ class StaticRunner(Runner):
         step_width: shorthand for ``widths=(step_width,)``: every step padded to one width.
         widths: the width buckets, increasing; a step of q tokens runs at the smallest width >= q.
             None (and no `step_width`): `DEFAULT_WIDTHS` when compiled, else each step as it comes.
-        compile_dir: a folder of AOTInductor packages (`ladref.fast.precompiled`): each width's step is
-            compiled ahead of time into a file there once and loaded, in seconds, by every later
-            runner of the same model and settings, in any process ("max-autotune" or "default").
+        compile_dir: a folder of AOTInductor packages (`ladref.fast.precompiled`): the step is
+            compiled ahead of time into a file there once, one package for all the runner's
+            widths (the width a dynamic dimension: one copy of the weights), and loaded, in
+            seconds, by every later runner of the same model and settings, in any process
+            ("max-autotune" or "default").
             A package that cannot be used is reported and built again; a folder that cannot be
             written is reported and the step compiled in the process, as without it.
 
@@ -161,7 +163,7 @@ class StaticRunner(Runner):
         self.compile_s: dict[int, float] = {}
         self.from_disk: dict[int, bool] = {}
         self._steps: dict[int, Callable] = {}
-        self._weights: str | None = None  # the weights' digest, once a package needs it
+        self._package: tuple[Callable | None, bool] | None = None  # (every width's step, from disk) once looked for
         self._commit = compile_own(static_commit, "static_commit", compile_mode, self.device)
 
     @property
@@ -281,9 +283,10 @@ class StaticRunner(Runner):
                 self._run(static_step, torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), None, 0)
             guard_static_cache(self.cache)  # a graph holding these buffers serves this cache only
             step = None
-            if self.compile_dir is not None:  # None when no package could be loaded or built (a warning says why)
-                self._weights = self._weights or weights_digest(self.model)
-                step, self.from_disk[width] = packaged_step(self, width, self.compile_dir, self._weights, static_step)
+            if self.compile_dir is not None:  # one package for every width; None when it could not be loaded or built
+                if self._package is None:
+                    self._package = packaged_step(self, self.compile_dir, weights_digest(self.model), static_step)
+                step, self.from_disk[width] = self._package
             if step is None:
                 step = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device)
             with compile_scope(self.compile_mode):
