@@ -276,21 +276,22 @@ class StaticRunner(Runner):
 
     @torch.inference_mode()  # grad off while compiling: Inductor freezes weights only then
     def _step_for(self, width: int) -> Callable:
-        """The step of `width`, compiled at its first use (three runs past the committed slots)."""
+        """The step of `width`, compiled (or loaded) at its first use, then run past the committed
+        slots: three times when compiled here, once when loaded from a package (nothing to record)."""
         if width not in self._steps:
             start, length = time.perf_counter(), self.length
             if not static_cache_ready(self.cache):  # the first forward allocates the cache's buffers: run it eagerly
                 self._run(static_step, torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), None, 0)
             guard_static_cache(self.cache)  # a graph holding these buffers serves this cache only
-            step = None
+            step, runs = None, 1
             if self.compile_dir is not None:  # one package for every width; None when it could not be loaded or built
                 if self._package is None:
                     self._package = packaged_step(self, self.compile_dir, weights_digest(self.model), static_step)
                 step, self.from_disk[width] = self._package
             if step is None:
-                step = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device)
+                step, runs = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device), 3
             with compile_scope(self.compile_mode):
-                for _ in range(3):  # compile; record CUDA graphs; replay. Writes only slots from `length` on
+                for _ in range(runs):  # compile; record CUDA graphs; replay. Writes only slots from `length` on
                     self._run(step, torch.zeros(width, dtype=torch.long), torch.arange(width), None, 0)
                     self.commit(length, torch.zeros(1, dtype=torch.long))
                     self.length = length
