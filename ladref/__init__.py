@@ -25,8 +25,8 @@ Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast
 7. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve) and
    `ladref.fast.surface` (the step cost of a batch, t(q, kv, B)),
    `ladref.fast.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
-   `ladref.fast.static`, `ladref.fast.compiled` and `ladref.fast.precompiled` (constant shapes
-   over a static cache, compiled once);
+   `ladref.fast.static`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
+   `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
 8. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
    internals), `ladref.call` (input checks, stopping rules), `ladref.batch` (a batch of prompts:
    every row the batch-1 loop, one forward pass for all), `ladref.rows` (a batch's inputs, row by

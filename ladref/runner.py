@@ -412,6 +412,35 @@ def gather_static_slots(cache: StaticCache, src: torch.Tensor, dst: torch.Tensor
         layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
 
 
+def pack_static_cache(cache: StaticCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Move every layer's keys, values and length counter into three blocks, (L, ...) each, every
+    layer's buffers becoming views of its own slice (same shapes, contiguous): a commit then moves
+    the slots of all L layers in two gathers (`gather_block_slots`) instead of two per layer. None,
+    and nothing moved, when the layers' buffers differ in shape (e.g. sliding-window layers).
+
+    Call once, when the buffers exist (`static_cache_ready`) and before anything holds them: a
+    compiled graph or a loaded package keeps the addresses it was given.
+    """
+    layers = cache.layers
+    if len({(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in layers}) != 1:
+        return None
+    keys, values = (torch.stack([getattr(layer, name) for layer in layers]) for name in ("keys", "values"))
+    with torch.inference_mode(False):  # counters stay normal tensors, as transformers makes them: a reset sets them outside
+        lengths = torch.stack([layer.cumulative_length for layer in layers])
+        for i, layer in enumerate(layers):
+            layer.keys, layer.values, layer.cumulative_length = keys[i], values[i], lengths[i]
+    return keys, values, lengths
+
+
+def gather_block_slots(blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
+                       length: torch.Tensor) -> None:
+    """`gather_static_slots` then `set_static_length` over a cache packed by `pack_static_cache`, every layer at once."""
+    keys, values, lengths = blocks  # (L, B, H, M, D), (L, B, H, M, D), (L,)
+    for block in (keys, values):
+        block.index_copy_(3, dst, block.index_select(3, src))
+    lengths.copy_(length)
+
+
 def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.Tensor, position_ids: torch.Tensor,
                    mask: torch.Tensor, cache_position: torch.Tensor, last_only: bool = False) -> torch.Tensor:
     """One forward pass over a static cache, writing the step's keys/values into it.

@@ -118,6 +118,9 @@ def test_several_configs_and_transformers_greedy_in_one_run(tmp_path):
     assert "| dataset | method | S | tok/s | speedup vs greedy | vs generate | identical to greedy |" in text
     assert "greedy 0.5" in text and "![speedups](speedups.png)" in text
     assert (tmp_path / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "cost_cuda.json").write_text(json.dumps({"meta": {}, "curves": []}))  # `bench --cost` output, no table
+    (tmp_path / "cost_cuda.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    assert render_summary(tmp_path).replace("![step cost t(q)](cost_cuda.png)\n\n", "") == text
 
 
 def test_compiled_and_static_cache_rows_with_their_set_up_timed_apart():

@@ -6,6 +6,8 @@ test compiles the step with torch.compile on the CPU (float32); CUDA graphs run 
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from hypothesis import given
@@ -180,7 +182,7 @@ def test_packaged_steps_are_built_once_then_loaded_and_stay_exact(config, tmp_pa
 
 def test_package_names_and_bad_compile_dirs(tmp_path):
     from ladref import CompiledAdaptiveDecoder
-    from ladref.fast.precompiled import package_name, weights_digest
+    from ladref.fast.package_record import package_name, weights_digest
 
     model, other = build_tiny("llama", 16, 1), build_tiny("llama", 16, 2)
     assert weights_digest(model) == weights_digest(build_tiny("llama", 16, 1)) != weights_digest(other)
@@ -205,3 +207,36 @@ def test_cuda_graphs_replay_greedy_decoding():
     for config in (None, LookaheadConfig(3, 3, 3)):
         decoder = CompiledDecoder(model, config, max_length=64, mode="reduce-overhead")
         assert decoder(PROMPT, 24, eos_token_id=[]).token_ids == expected
+
+
+def test_the_static_cache_is_packed_by_its_first_forward_and_a_commit_moves_every_layer():
+    """After its first forward a runner's cache is three blocks, each layer's buffers views of its slice
+    (`pack_static_cache`); a commit gathers the accepted slots of every layer at once, as a
+    layer-by-layer gather would, and sets every layer's length."""
+    from ladref.runner import pack_static_cache
+
+    runner = StaticRunner(tiny_model("llama"), 24)
+    runner.prefill(torch.tensor(PROMPT), DecodeStats())
+    keys, values, lengths = runner.blocks
+    for i, layer in enumerate(runner.cache.layers):
+        assert layer.keys.data_ptr() == keys[i].data_ptr() and layer.values.data_ptr() == values[i].data_ptr()
+        assert layer.keys.is_contiguous() and int(layer.cumulative_length) == len(PROMPT) - 1
+    runner.forward(torch.tensor([4, 5, 6]))
+    expected = [(layer.keys.clone(), layer.values.clone()) for layer in runner.cache.layers]
+    past, accepted = len(PROMPT) - 1, torch.tensor([0, 2])
+    for k, v in expected:  # the same commit, layer by layer, on copies
+        for buffer in (k, v):
+            buffer.index_copy_(2, past + torch.arange(2), buffer.index_select(2, past + accepted))
+    runner.commit(past, accepted)
+    for layer, (k, v) in zip(runner.cache.layers, expected):
+        assert torch.equal(layer.keys, k) and torch.equal(layer.values, v) and int(layer.cumulative_length) == past + 2
+    assert runner.length == past + 2
+    runner.blocks = None  # as for a cache pack_static_cache leaves alone: the commit goes layer by layer
+    runner.forward(torch.tensor([7, 8]))
+    kept = [layer.keys[:, :, past + 3].clone() for layer in runner.cache.layers]  # the second new token's keys
+    runner.commit(past + 2, torch.tensor([1]))
+    for layer, k in zip(runner.cache.layers, kept):
+        assert torch.equal(layer.keys[:, :, past + 2], k) and int(layer.cumulative_length) == past + 3
+    odd = types.SimpleNamespace(layers=[types.SimpleNamespace(keys=torch.zeros(1, 2, 8, 4), values=torch.zeros(1, 2, 8, 4)),
+                                        types.SimpleNamespace(keys=torch.zeros(1, 2, 4, 4), values=torch.zeros(1, 2, 4, 4))])
+    assert pack_static_cache(odd) is None and odd.layers[1].keys.shape == (1, 2, 4, 4)  # a sliding-window layer: left as it is

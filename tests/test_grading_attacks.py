@@ -75,7 +75,8 @@ for top in {roots!r} + glob.glob(os.path.join(tempfile.gettempdir(), "ladref-*")
                 text = open(os.path.join(folder, name), errors="replace").read()
             except OSError:
                 continue
-            if ('"expected"' in text or '"groups"' in text) and name.endswith((".json", ".jsonl")):
+            # answers are objects ("groups": an object); a word in a vocabulary (a tokenizer.json) is not
+            if ('"expected": {{' in text or '"groups": {{' in text) and name.endswith((".json", ".jsonl")):
                 found.append(os.path.join(folder, name))
 if found:
     open(MARKER, "w").write("\\n".join(found))

@@ -1,6 +1,8 @@
-"""Device choice and the embedded model's location (no model is loaded here)."""
+"""Device choice, the embedded model's location and its saved copy (no real model is loaded here)."""
 
 import importlib.util
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,4 +49,39 @@ def test_missing_gguf_reader_names_the_extra(monkeypatch, missing):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
     with pytest.raises(ModuleNotFoundError, match=f"needs {missing}: pip install 'ladref\\[model\\]'"):
-        models.load_default_model("cpu")
+        models.load_default_model("cpu", cache=False)
+
+
+class NamedTokenizer:
+    """Stands in for a tokenizer: `save_copy` only asks it to save itself."""
+
+    def save_pretrained(self, folder):
+        (Path(folder) / "tokenizer.json").write_text("{}")
+
+
+def test_a_saved_copy_loads_as_the_plain_model_and_a_second_writer_keeps_the_first(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from strategies import tiny_model
+
+    model, folder = tiny_model("llama"), tmp_path / "models" / "tiny-0123"
+    assert models.save_copy(model, NamedTokenizer(), folder)
+    first = (folder / "model.safetensors").stat().st_mtime_ns
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # losing the race is not worth a warning
+        assert models.save_copy(tiny_model("llama", seed=1), NamedTokenizer(), folder)
+    assert (folder / "model.safetensors").stat().st_mtime_ns == first  # the first copy stays
+    assert [p.name for p in folder.parent.iterdir()] == ["tiny-0123"]  # no scratch folder left behind
+    copy = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64)
+    assert getattr(copy.config, "quantization_config", None) is None
+    saved, mine = copy.state_dict(), model.state_dict()
+    assert saved.keys() == mine.keys() and all(torch.equal(saved[k], mine[k]) for k in mine)
+
+
+def test_a_cache_folder_that_cannot_be_written_is_a_warning(tmp_path):
+    from strategies import tiny_model
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    with pytest.warns(UserWarning, match="could not be saved in .*not-a-folder.*reads the GGUF file again"):
+        assert not models.save_copy(tiny_model("llama"), NamedTokenizer(), blocker / "models" / "tiny-0123")

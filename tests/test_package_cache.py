@@ -30,7 +30,7 @@ from ladref import CompiledAdaptiveDecoder, CompiledDecoder, greedy_decode
 from ladref.bench.cli import main
 from ladref.fast import precompiled
 from ladref.fast.cost import CostCache, CostModel
-from ladref.fast.precompiled import package_name, package_problem, read_package_record, weights_digest
+from ladref.fast.package_record import package_name, package_problem, package_record, read_package_record, weights_digest
 from ladref.fast.static import StaticRunner
 from ladref.results import DecodeStats
 
@@ -139,7 +139,7 @@ def test_one_package_serves_every_width_of_a_runner(model, expected, tmp_path):
 
 def test_unusable_packages_are_named_for_what_is_wrong(built, model, tmp_path):
     runner = make(model, tmp_path).runner
-    record = precompiled.package_record(runner, weights_digest(model))
+    record = package_record(runner, weights_digest(model))
     assert package_problem(built, record) is None
     truncated = spoiled(built, tmp_path / "t", built.read_bytes()[: built.stat().st_size // 2])
     garbage = spoiled(built, tmp_path / "g", b"not a package at all\n" * 50)
@@ -160,7 +160,7 @@ def test_a_truncated_package_is_reported_once_and_rebuilt(built, model, expected
     assert len([w for w in caught if "cannot be used" in str(w.message)]) == 1  # reported once
     assert str(path) in str(caught[0].message) and decoder.runner.from_disk == {1: False}
     assert decode_all(decoder) == expected
-    assert package_problem(path, precompiled.package_record(decoder.runner, weights_digest(model))) is None
+    assert package_problem(path, package_record(decoder.runner, weights_digest(model))) is None
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == [path.name]  # rebuilt in place
 
 

@@ -72,3 +72,28 @@ def test_demo_command(capsys):
     assert ("where adaptive_decode keeps it ... measured now in" in out) != ("where adaptive_decode keeps it ... read in" in out)
     assert main(["demo", "--max-new-tokens", "24", "--device", "cpu", "--repeats", "1"]) == 0
     assert "] this machine's step cost t(q, kv), where adaptive_decode keeps it ... read in" in capsys.readouterr().out
+
+
+def test_a_saved_copy_of_the_model_is_read_instead_of_the_gguf_file(smollm2, tmp_path, monkeypatch):
+    from ladref import models
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    model, tokenizer = smollm2  # read from the GGUF file or the test run's own copy; the GGUF file again below
+    load_default_model("cpu", torch.float32)  # makes the copy
+    folder = models.model_cache_folder(models.default_gguf_path())
+    assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+    real = importlib.util.find_spec
+    with monkeypatch.context() as patch:  # the GGUF reader gone: only the copy can load now
+        patch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+        copy, copy_tokenizer = load_default_model("cpu", torch.float32)
+    ours, theirs = model.state_dict(), copy.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert copy.generation_config.to_dict() == model.generation_config.to_dict()
+    ids = chat_ids(tokenizer, PROMPTS[1])
+    assert torch.equal(chat_ids(copy_tokenizer, PROMPTS[1]), ids)
+    assert greedy_decode(copy, ids, 8, tokenizer=copy_tokenizer).text == greedy_decode(model, ids, 8, tokenizer=tokenizer).text
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a copy cut short (a full disk, a killed copy)
+    with pytest.warns(UserWarning, match="could not be read .* it is removed, and this load reads the GGUF file"):
+        again, _ = load_default_model("cpu", torch.float32)
+    assert not folder.exists() and all(torch.equal(again.state_dict()[k], ours[k]) for k in ours)

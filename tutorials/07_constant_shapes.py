@@ -188,11 +188,12 @@ print("graphs compiled by the two calls:", counters["stats"]["unique_graphs"] - 
 # %%
 results = Path("..") / "benchmarks" / "results_gpu"
 rows = []
-for path in sorted(results.glob("*.json")):
+for path in sorted(results.rglob("*.json")):  # compiled rows may sit in a folder of their own
     payload = json.loads(path.read_text())
     for s in payload.get("summary", []):
-        if s["method"].startswith(("compiled", "generate")):
-            rows.append(f"{path.stem:10s} {s['method']:28s} S={s['compression']:.2f} {s['tokens_per_second']:7.1f} tok/s")
+        if s["method"].startswith(("compiled", "generate", "greedy")):
+            where = path.relative_to(results).with_suffix("")
+            rows.append(f"{str(where):26s} {s['method']:18s} S={s['compression']:.2f} {s['tokens_per_second']:7.1f} tok/s")
 print("\n".join(rows) if rows else "No GPU results are committed yet: run benchmarks/run_gpu.sh on a CUDA machine.")
 
 # %% [markdown]
@@ -203,7 +204,9 @@ print("\n".join(rows) if rows else "No GPU results are committed yet: run benchm
 # 2. Pad a step whose tree is empty (`DraftTree.empty()`) to the width of G = 3 n-grams: how
 #    many dummies does it get, what does the mask look like, and what does verification accept
 #    then? (`ladref.verify.verify_greedy` with an empty tree.)
-# 3. Why may a commit always copy N slots, even when fewer tokens were accepted? What would break
-#    if the next step did not overwrite those slots? (Hint: `static_additive` and `length`.)
+# 3. The commit copies the k accepted tokens' keys/values and is not compiled. A compiled commit
+#    would need one shape: why may it always copy N slots, even when fewer tokens were accepted?
+#    What would break if the next step did not overwrite those slots? (Hint: `static_additive`
+#    and `length`.)
 # 4. Time `CompiledDecoder(..., mode=None)` against `lookahead_decode` on the CPU for 64 tokens.
 #    Which is faster here, and why would a GPU reverse it?

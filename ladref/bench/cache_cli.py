@@ -1,6 +1,6 @@
 """``python -m ladref cache --list DIR`` / ``--clear DIR``: the compiled steps kept in a `compile_dir`.
 
-`list_packages` reads each package's record (`ladref.fast.precompiled.read_package_record`, from the
+`list_packages` reads each package's record (`ladref.fast.package_record.read_package_record`, from the
 archive, nothing loaded): its size, model, cache length and width, mode and the torch it was built
 with. `clear_packages` removes ladref's own files only: the packages (``step-w<widths>-<digest>.pt2``),
 their lock files, partial builds a killed process left behind, and the cost curves file
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fast.cost import read_cache_file
-from ..fast.precompiled import COST_FILE, PACKAGE_FILE, read_package_record
+from ..fast.package_record import PACKAGE_FILE, read_package_record
+from ..fast.precompiled import COST_FILE
 
 _STEM = PACKAGE_FILE.pattern[: -len(r"\.pt2")]
 OWN_FILES = re.compile(rf"{_STEM}\.(pt2|lock)|\.{_STEM}\..+\.part\.pt2")
@@ -30,7 +31,7 @@ class PackageInfo:
     Attributes:
         path: the package file.
         size: its size in bytes.
-        record: what it was built for (`ladref.fast.precompiled.package_record`, plus ``name``);
+        record: what it was built for (`ladref.fast.package_record.package_record`, plus ``name``);
             empty when it cannot be read.
         problem: why its record cannot be read (truncated, another format), or None.
     """

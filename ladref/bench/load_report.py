@@ -25,8 +25,9 @@ from .load import LoadRow, LoadSettings, load_dicts, predict, run_load
 
 GPU_SHAPED = CostSurface.roofline(0.010, 0.010 / 512, widths=BATCH_WIDTHS, batches=(1, 2, 4, 8, 16, 32, 64),
                                   label="GPU-shaped model: flat up to 512 tokens a pass, then linear (assumed, not measured)")
-"""t(q, B) = max(10 ms, B q x 10 ms / 512): a launch-bound step flat to 512 tokens (one H100 measured flat
-for q = 1..256 at B = 1); an assumption for the prediction, not a measurement."""
+"""t(q, B) = max(10 ms, B q x 10 ms / 512): a launch-bound step flat to 512 tokens (an H200's eager float16
+surface measured flat for q <= 32, B <= 16: benchmarks/results_gpu/cost_batch); an assumption for the
+prediction, not a measurement."""
 
 
 def load_markdown(rows: Sequence[LoadRow], cpu: Mapping[str, Mapping[int, float]], gpu: Mapping[str, Mapping[int, float]]) -> str:

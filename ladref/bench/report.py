@@ -205,7 +205,7 @@ def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
 
     folder = Path(folder)
     tables, lines, setup, boards = {}, [], [], []
-    for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling", "context"))):
+    for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling", "context", "cost"))):
         meta, rows = load_summaries(path)
         dataset = DATASET_ALIASES.get(meta.get("dataset", path.stem), meta.get("dataset", path.stem))
         tables[dataset] = rows
@@ -225,10 +225,16 @@ def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
     lines += boards
     for path in sorted(folder.glob("agreement_*.json")):
         lines += agreement_lines(json.loads(path.read_text(encoding="utf-8")))
+    # the text between the markers is what a docs page includes (`--8<-- "<folder>/summary.md:tables"`);
+    # the figures after them are linked from the folder, where a docs page cannot reach them
+    lines = ["<!-- --8<-- [start:tables] -->", *(lines or ["No results in this folder yet.", ""]), "<!-- --8<-- [end:tables] -->", ""]
+    curves = sorted(folder.glob("cost_*.png"))  # `bench --cost` figures, t(q) at each KV length
+    if curves:
+        lines += [f"![step cost t(q)]({p.name})" for p in curves] + [""]
     if any(s.speedup_vs_generate for rows in tables.values() for s in rows):
         plot_speedups(tables, folder / chart, f"Speedup over transformers generate() ({folder.name})")
         lines += [f"![speedups]({chart})", ""]
-    return "\n".join(lines) if lines else "No results in this folder yet.\n"
+    return "\n".join(lines)
 
 
 def agreement_lines(payload: dict) -> list[str]:

@@ -7,7 +7,7 @@
   their steps on the surface);
 * `static` runs steps over a static KV cache at a few padded widths; `compiled` compiles them
   (`CompiledDecoder`, `CompiledAdaptiveDecoder`); `precompiled` keeps them as AOTInductor
-  packages on disk.
+  packages on disk, each with a `package_record` of what it was built for.
 
 Nothing in the core imports this package: it is read after the method itself.
 """

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from ..config import check_int
+from ..models import user_cache_folder
 from ..runner import ModelRunner, Runner
 from .timing import Progress, describe, measure_steps, processor
 
@@ -224,10 +225,8 @@ class CostModel:
 
 
 def default_cache_path() -> Path:
-    """Where `adaptive_decode` keeps measured curves: ``ladref/cost.json`` in the user's cache folder
-    (``$XDG_CACHE_HOME``, else ``~/.cache``), the platform's convention for files a program can remake."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "ladref" / "cost.json"
+    """Where `adaptive_decode` keeps measured curves: ``cost.json`` in `ladref.models.user_cache_folder`."""
+    return user_cache_folder() / "cost.json"
 
 
 def read_cache_file(path: Path) -> dict[str, CostModel]:

@@ -13,7 +13,7 @@ the weights, not the KV cache: its cache buffers are bound, without a copy, to t
 A file on disk is not trusted by its name alone. Every package carries a record of what it was
 built for (`package_record`: model class, config and weights digests, dtype, device, cache
 length, widths, mode, threads, processor, torch and transformers versions), stored inside it as
-AOTInductor metadata and read back (`read_package_record`) before the package is loaded. A
+AOTInductor metadata and read back (`ladref.fast.package_record`) before the package is loaded. A
 package that cannot be read (truncated, another format) or whose record differs (a file copied
 over another's name) is reported with a warning and built again. A package is written to a
 temporary file and renamed, so no reader sees half a file, and built under a lock file beside
@@ -25,21 +25,17 @@ process, as without a ``compile_dir``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import re
 import tempfile
 import warnings
-import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-import transformers
 
 from ..kernels import attention_scope
 from ..runner import static_cache_buffers
+from .package_record import package_name, package_problem, package_record
 
 try:
     import fcntl
@@ -51,9 +47,6 @@ except ImportError:  # no advisory locks (Windows): builds stay atomic (a tempor
 PACKAGE_CONFIGS = {"max-autotune": {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}, "default": {}}
 # the weights in a file of their own, read once when loaded (in the library: resident twice)
 WEIGHTS_APART = {"aot_inductor.package_constants_in_so": False, "aot_inductor.package_constants_on_disk_format": "binary_blob"}
-FORMAT = "ladref.package/2"
-PACKAGE_FILE = re.compile(r"step-w\d+(-\d+)?-[0-9a-f]{32}\.pt2")
-"""The names of ladref's packages; beside each, its ``.lock`` and, while it is built, ``.<stem>.*.part.pt2``."""
 COST_FILE = "cost.json"
 """The `ladref.fast.cost.CostCache` file a `compile_dir` keeps beside its packages (the compiled steps' cost curves)."""
 
@@ -78,70 +71,6 @@ def check_compile_dir(compile_dir: object, mode: str | None) -> Path | None:
         raise ValueError(f"compile_dir {str(path)!r} is a file, not a folder: give a folder for the compiled steps' "
                          "packages (created if missing)")
     return path
-
-
-def weights_digest(model: torch.nn.Module) -> str:
-    """A digest of every parameter's and buffer's name, dtype, shape and bytes (frozen into a package)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name, tensor in model.state_dict().items():
-        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
-def package_widths(runner) -> str:
-    """The widths `runner`'s package serves: "8" (one width), or "1-64" (every width up to the widest)."""
-    widest = runner.widths[-1]
-    return str(widest) if len(runner.widths) == 1 else f"1-{widest}"
-
-
-def package_record(runner, weights: str) -> dict[str, str]:
-    """Everything the compiled code of `runner`'s steps depends on, as strings; `weights`: the
-    model's `weights_digest`. Hashed into the package's name and stored inside the package."""
-    model, device = runner.model, runner.device
-    return {"format": FORMAT, "model": type(model).__name__, "config": _digest(model.config.to_json_string()),
-            "weights": weights, "dtype": str(runner.dtype), "device": str(device), "max_length": str(runner.max_length),
-            "width": package_widths(runner), "mode": str(runner.compile_mode), "threads": str(torch.get_num_threads()),
-            "processor": torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else torch.cuda.get_device_name(device),
-            "kernels": "+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default",
-            "torch": torch.__version__, "transformers": transformers.__version__}
-
-
-def package_name(runner, weights: str) -> str:
-    """The file name of `runner`'s package: its widths and a digest of everything its compiled code depends on."""
-    return f"step-w{package_widths(runner)}-{_digest(json.dumps(package_record(runner, weights), sort_keys=True))}.pt2"
-
-
-def read_package_record(path: str | os.PathLike) -> dict[str, str]:
-    """The `package_record` stored in the package at `path`, read from the archive without loading it.
-
-    Raises:
-        OSError, zipfile.BadZipFile: the file cannot be read, or is not a whole archive.
-        ValueError: an archive without a ladref record (another program's, an older ladref's).
-    """
-    with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if name.endswith("_metadata.json") and "/aotinductor/" in name:
-                data = json.loads(archive.read(name))
-                if isinstance(data, dict) and "ladref.format" in data:
-                    return {key[len("ladref."):]: value for key, value in data.items() if key.startswith("ladref.")}
-    raise ValueError("it holds no ladref record (not built by this version of ladref)")
-
-
-def package_problem(path: Path, expected: dict[str, str]) -> str | None:
-    """Why the package at `path` must not be loaded for `expected` (a `package_record`), or None."""
-    try:
-        found = read_package_record(path)
-    except (OSError, zipfile.BadZipFile, ValueError, KeyError) as error:
-        return f"not a readable package, truncated or another format ({error})"
-    differ = [key for key in expected if found.get(key) != expected[key]]
-    if differ:
-        return f"built for something else: its {', '.join(differ)} differ from this runner's"
-    return None
 
 
 @contextlib.contextmanager

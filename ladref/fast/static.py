@@ -10,7 +10,9 @@ may switch widths from step to step without compiling again.
 The KV cache is transformers' `StaticCache` (through the primitives of `ladref.runner`): a step
 writes its w tokens at slots ``length .. length+w-1`` and attends over all M slots, the others
 masked (`ladref.masks.static_additive`); a commit gathers the accepted tokens' keys/values into
-place (always `commit_slots` slots, a constant shape) and sets the length.
+place and sets the length. The commit is not compiled: the cache's buffers are packed into one
+block each for keys, values and lengths (`ladref.runner.pack_static_cache`), so it is a few
+operations for all layers at once, and a later process has nothing to compile for it.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from ..config import check_int
 from ..kernels import attention_scope
 from ..masks import static_additive
 from ..results import DecodeStats
-from ..runner import (Runner, gather_static_slots, guard_static_cache, new_static_cache, set_static_length,
-                     static_cache_ready, static_forward)
-from .precompiled import check_compile_dir, packaged_step, weights_digest
+from ..runner import (Runner, gather_block_slots, gather_static_slots, guard_static_cache, new_static_cache,
+                     pack_static_cache, set_static_length, static_cache_ready, static_forward)
+from .package_record import weights_digest
+from .precompiled import check_compile_dir, packaged_step
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 # torch.compile modes the runner knows; None runs the same padded steps without compiling
@@ -82,9 +85,13 @@ def static_step(runner: StaticRunner, input_ids, position_ids, allowed, length, 
 
 
 def static_commit(runner: StaticRunner, src: torch.Tensor, dst: torch.Tensor, length: torch.Tensor) -> None:
-    """Gather slots `src` into slots `dst` ((commit_slots,) each), then set the length."""
-    gather_static_slots(runner.cache, src, dst)
-    set_static_length(runner.cache, length)
+    """Gather slots `src` into slots `dst` ((k,) each), then set the length: a few operations on a
+    packed cache (`pack_static_cache`), run as they are (nothing to compile)."""
+    if runner.blocks is not None:
+        gather_block_slots(runner.blocks, src, dst, length)
+    else:
+        gather_static_slots(runner.cache, src, dst)
+        set_static_length(runner.cache, length)
 
 
 def compile_scope(mode: str | None) -> contextlib.AbstractContextManager:
@@ -121,10 +128,8 @@ class StaticRunner(Runner):
         compile_mode: None (eager), or how to compile each width: "default" (Inductor),
             "reduce-overhead" (CUDA graphs, CUDA only), "max-autotune" (frozen weights and
             Inductor's max-autotune GEMM templates; on a CPU its C++ micro-kernels).
-        commit_slots: slots every commit copies (a constant shape): the most tokens one commit
-            keeps (N for lookahead decoding); default the largest width (without widths: each
-            commit copies what it keeps). Extra slots copy the last kept token past the new
-            length, where it is masked and later overwritten.
+        commit_slots: the most tokens one commit may keep (N for lookahead decoding), a check;
+            default the largest width (without widths: no limit).
         step_width: shorthand for ``widths=(step_width,)``: every step padded to one width.
         widths: the width buckets, increasing; a step of q tokens runs at the smallest width >= q.
             None (and no `step_width`): `DEFAULT_WIDTHS` when compiled, else each step as it comes.
@@ -164,7 +169,8 @@ class StaticRunner(Runner):
         self.from_disk: dict[int, bool] = {}
         self._steps: dict[int, Callable] = {}
         self._package: tuple[Callable | None, bool] | None = None  # (every width's step, from disk) once looked for
-        self._commit = compile_own(static_commit, "static_commit", compile_mode, self.device)
+        self.blocks: tuple[torch.Tensor, ...] | None = None  # the cache packed (`pack_static_cache`) by its first forward
+        self._packed = False
 
     @property
     def past_len(self) -> int:
@@ -181,7 +187,7 @@ class StaticRunner(Runner):
         raise ValueError(f"a step of {q} tokens is wider than this runner's largest width {self.widths[-1]} (widths {self.widths})")
 
     def compile(self, widths: Sequence[int] | None = None) -> float:
-        """Compile the steps of `widths` (default: all) and the commit now; returns the seconds it took.
+        """Compile the steps of `widths` (default: all) now; returns the seconds it took.
 
         A width not compiled here compiles at its first step.
         """
@@ -253,11 +259,8 @@ class StaticRunner(Runner):
         slots = k if self.commit_slots is None else self.commit_slots
         if not 1 <= k <= slots:
             raise ValueError(f"a commit keeps 1..{slots} tokens (commit_slots), got {k}")
-        padded = torch.cat([accepted.cpu(), accepted[-1:].cpu().expand(slots - k)])  # (slots,)
-        # a copy past the cache's end is clamped onto its last slot: past the new length, or the same token
-        dst = (past_len + torch.arange(slots)).clamp_(max=self.max_length - 1)
-        to = self.device
-        self._commit(self, (past_len + padded).to(to), dst.to(to), torch.tensor(past_len + k, device=to))
+        src, dst, to = past_len + accepted.cpu(), past_len + torch.arange(k), self.device  # (k,) each: not compiled, any k
+        static_commit(self, src.to(to), dst.to(to), torch.tensor(past_len + k, device=to))
         self.length = past_len + k
 
     @torch.inference_mode()
@@ -271,6 +274,8 @@ class StaticRunner(Runner):
         args = (ids.to(to), positions.to(to), mask.to(to), torch.tensor(self.length, device=to))
         with attention_scope(self.kernels):
             logits = step(self, *args, last_only=True) if last_only else step(self, *args)
+        if not self._packed:  # the first forward (always eager) allocated the buffers: pack them before anything holds them
+            self.blocks, self._packed = pack_static_cache(self.cache), True
         self.length += q
         return logits if logits.dtype == torch.float64 else logits.float()
 
