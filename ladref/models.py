@@ -68,7 +68,7 @@ def load_default_model(device: str | torch.device | None = None, dtype: torch.dt
     Reading the GGUF file parses its metadata and de-quantizes every tensor (tens of seconds on a
     CPU). So the first load saves the result, float32 weights as safetensors with the tokenizer
     (about 520 MiB), in ``models/`` of ladref's user cache folder (`model_cache_folder`), and every
-    load reads that copy (about a second). transformers' progress bars are hidden unless
+    load reads that copy (a few seconds). transformers' progress bars are hidden unless
     `progress` is true.
 
     Args:
