@@ -194,10 +194,14 @@ def test_package_names_and_bad_compile_dirs(tmp_path):
     assert package_name(one, "weights").startswith("step-w4-") and package_name(one, "weights") not in names
     decoder = CompiledAdaptiveDecoder(model, max_lengths=(64, 96), widths=(1, 4), mode="max-autotune", compile_dir=tmp_path)
     assert [r.compile_dir for r in decoder.runners] == [tmp_path, tmp_path] and list(tmp_path.iterdir()) == []
+    assert [r.weights for r in decoder.runners] == [weights_digest(model)] * 2  # hashed once for both packages
+    assert runner.weights is None  # a runner alone hashes at its first package lookup
     with pytest.raises(ValueError, match="compile_mode must be one of .'max-autotune', 'default'., got None"):
         StaticRunner(model, 64, compile_mode=None, compile_dir=tmp_path)
     with pytest.raises(TypeError, match="compile_dir must be a path"):
         CompiledDecoder(model, max_length=64, mode="max-autotune", compile_dir=3)
+    with pytest.raises(TypeError, match="weights must be the model's weights_digest"):
+        StaticRunner(model, 64, compile_mode="max-autotune", compile_dir=tmp_path, weights=b"digest")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

@@ -41,7 +41,8 @@ from ..step import run_drafting
 from ..types import TokenIds
 from .adaptive import AdaptiveDecoder
 from .cost import CostCache
-from .precompiled import COST_FILE
+from .package_record import weights_digest
+from .precompiled import COST_FILE, check_compile_dir
 from .static import DEFAULT_WIDTHS, StaticRunner, check_mode, check_widths
 from .static import MODES as RUNNER_MODES
 
@@ -211,9 +212,10 @@ class CompiledAdaptiveDecoder:
         self.widths = check_widths(widths, lengths[0])
         self.mode = resolve_mode(mode, self.facts.device)
         self.model, self.attention_backend = model, attention_backend
-        self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=compile_dir)
-                        for m in lengths]
-        directory = self.runners[0].compile_dir  # checked: a folder's path, or None
+        directory = check_compile_dir(compile_dir, self.mode)  # a folder's path, or None; checked before hashing the weights
+        weights = None if directory is None else weights_digest(model)  # once for every runner's package
+        self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=directory,
+                                     weights=weights) for m in lengths]
         self.cost_cache = CostCache.given(cache, None if directory is None else directory / COST_FILE)
         self.decoders: list[AdaptiveDecoder] = []
         self.capture_s: float | None = None

@@ -25,12 +25,13 @@ PACKAGE_FILE = re.compile(r"step-w\d+(-\d+)?-[0-9a-f]{32}\.pt2")
 
 
 def weights_digest(model: torch.nn.Module) -> str:
-    """A digest of every parameter's and buffer's name, dtype, shape and bytes (frozen into a package)."""
-    digest = hashlib.blake2b(digest_size=16)
+    """A digest of every parameter's and buffer's name, dtype, shape and bytes (frozen into a package):
+    SHA-256 (about 0.4 s for SmolLM2-135M's 540 MB where the processor hashes it in hardware), 32 hex digits."""
+    digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())  # its buffer, not a copy
-    return digest.hexdigest()
+    return digest.hexdigest()[:32]
 
 
 def _digest(text: str) -> str:

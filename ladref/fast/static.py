@@ -140,6 +140,9 @@ class StaticRunner(Runner):
             ("max-autotune" or "default").
             A package that cannot be used is reported and built again; a folder that cannot be
             written is reported and the step compiled in the process, as without it.
+        weights: the model's `ladref.fast.package_record.weights_digest`, when the caller has it
+            (the runners of one model share one: hashing reads every weight);
+            default computed at the first package lookup.
 
     Attributes:
         compile_s: {width: seconds its compilation (or loading) took}, for the widths compiled so far.
@@ -148,11 +151,14 @@ class StaticRunner(Runner):
 
     def __init__(self, model: torch.nn.Module, max_length: int, attention_backend: str = "auto",
                  compile_mode: str | None = None, commit_slots: int | None = None, step_width: int | None = None, *,
-                 widths: Sequence[int] | None = None, compile_dir: str | os.PathLike | None = None) -> None:
+                 widths: Sequence[int] | None = None, compile_dir: str | os.PathLike | None = None,
+                 weights: str | None = None) -> None:
         super().__init__(model, attention_backend)
         check_int("max_length", max_length, 2)
         check_mode(compile_mode, self.device)
-        self.compile_dir = check_compile_dir(compile_dir, compile_mode)
+        if weights is not None and not isinstance(weights, str):
+            raise TypeError(f"weights must be the model's weights_digest (a str) or None, got {type(weights).__name__}")
+        self.compile_dir, self.weights = check_compile_dir(compile_dir, compile_mode), weights
         if widths is None and step_width is not None:
             widths = (step_width,)
         if widths is None and compile_mode is not None:
@@ -281,17 +287,20 @@ class StaticRunner(Runner):
 
     @torch.inference_mode()  # grad off while compiling: Inductor freezes weights only then
     def _step_for(self, width: int) -> Callable:
-        """The step of `width`, compiled (or loaded) at its first use, then run past the committed
-        slots: three times when compiled here, once when loaded from a package (nothing to record)."""
+        """The step of `width`, compiled (or loaded) at its first use. A step compiled here is then
+        run three times past the committed slots (compiled, CUDA graphs recorded, replayed); a
+        step from a package is not run: nothing is left to compile or record, and its first call
+        costs what later ones do."""
         if width not in self._steps:
             start, length = time.perf_counter(), self.length
             if not static_cache_ready(self.cache):  # the first forward allocates the cache's buffers: run it eagerly
                 self._run(static_step, torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), None, 0)
             guard_static_cache(self.cache)  # a graph holding these buffers serves this cache only
-            step, runs = None, 1
+            step, runs = None, 0
             if self.compile_dir is not None:  # one package for every width; None when it could not be loaded or built
                 if self._package is None:
-                    self._package = packaged_step(self, self.compile_dir, weights_digest(self.model), static_step)
+                    self.weights = self.weights or weights_digest(self.model)
+                    self._package = packaged_step(self, self.compile_dir, self.weights, static_step)
                 step, self.from_disk[width] = self._package
             if step is None:
                 step, runs = compile_own(static_step, f"static_step_{width}", self.compile_mode, self.device), 3
