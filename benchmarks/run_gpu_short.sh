@@ -6,6 +6,7 @@
 # log to $OUT/<stage>.log (or benchmarks/results_gpu/logs/).
 #
 # Usage: BUDGET=540 bash benchmarks/run_gpu_short.sh     (seconds for all stages together; default 540)
+#   STAGES="load compiled_lookahead" runs only the stages named (default: all, in the order below).
 #   needs the same install as run_gpu.sh and a CUDA device. docs/gpu.md says what each stage gave.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$LOG
 stage() {  # stage NAME CAP_SECONDS command...: run it under min(CAP, time left), log, report
     local name=$1 cap=$2 left limit began
     shift 2
+    [[ -z ${STAGES:-} || " $STAGES " == *" $name "* ]] || return 0
     left=$((DEADLINE - $(date +%s)))
     limit=$((cap < left ? cap : left))
     if ((limit < 20)); then echo "== $name: skipped, ${left}s left"; return; fi
@@ -44,9 +46,14 @@ stage specbench 150 "${BENCH[@]}" --dataset specbench --limit 1 --method generat
     --config 15/5/15 --out "$R"
 # 5. The batched surface t(q, kv, B): where drafting stops paying under load.
 stage cost_batch 60 python -m ladref bench --cost --batch 1,2,4,8,16 --dtype float16 --out "$R/cost_batch"
-# 6. Compiled greedy (CUDA graphs), one prompt: capture about 35 s.
+# 6. Speculation under load: 12 Spec-Bench prompts decoded 1, 12 and 4 at a time by batched greedy, generate()
+#    and four draft rules (ladref.bench.load); each batch size is saved as it ends.
+stage load 260 python -m ladref bench --dtype float16 --no-progress --dataset specbench --limit 2 --batch 1,12,4 \
+    --max-new-tokens 64 --lookup-tokens 4 --method greedy,generate,lookahead,prompt_lookup,threshold,adaptive \
+    --out "$R/load" --figure "$R/load/load_cuda.png"
+# 7. Compiled greedy (CUDA graphs), one prompt: capture about 35 s.
 stage compiled_greedy 90 "${BENCH[@]}" --dataset humaneval --limit 1 --method compiled_greedy --out "$R/compiled_greedy"
-# 7. Compiled lookahead, one prompt, if time is left (one graph per step width: longer to capture).
+# 8. Compiled lookahead, one prompt, if time is left (one graph per step width: longer to capture).
 stage compiled_lookahead 300 "${BENCH[@]}" --dataset humaneval --limit 1 --method compiled_lookahead --config 15/5/15 \
     --out "$R/compiled_lookahead"
 

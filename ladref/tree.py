@@ -103,9 +103,9 @@ class DraftTree:
         """The subtree of the given nodes, which must include every selected node's parent."""
         keep = sorted(set(int(i) for i in nodes))
         new = {old: new for new, old in enumerate(keep)}
-        parents = []
+        parents, old_parents = [], self._lists[1]
         for old in keep:
-            parent = int(self.parents[old])
+            parent = old_parents[old]
             if parent != -1 and parent not in new:
                 raise ValueError(f"node {old} is selected without its parent {parent}")
             parents.append(new.get(parent, -1))
@@ -141,21 +141,35 @@ class DraftTree:
             kids.setdefault(parent, []).append(node)
         return kids
 
+    @cached_property
+    def _lists(self) -> tuple[list[int], list[int]]:
+        """(tokens, parents) as Python lists: read node by node, a tensor costs microseconds an element."""
+        return self.tokens.tolist(), self.parents.tolist()
+
     def path(self, node: int) -> list[int]:
         """The nodes from the root's child down to `node`."""
-        nodes = []
+        nodes, parents = [], self._lists[1]
         while node >= 0:
             nodes.append(node)
-            node = int(self.parents[node])
+            node = parents[node]
         return nodes[::-1]
 
     def path_tokens(self, node: int) -> list[int]:
         """The drafted tokens from the root's child down to `node`."""
-        return [int(self.tokens[i]) for i in self.path(node)]
+        tokens = self._lists[0]
+        return [tokens[i] for i in self.path(node)]
+
+    def locate(self, other: "DraftTree") -> list[int]:
+        """For each node of `other`, the node of this tree spelling the same path (this tree must hold
+        every path of `other`, as its `merge` with `other` does)."""
+        own, at = self._lists[0], []
+        for token, parent in zip(*other._lists):
+            at.append(next(c for c in self.children.get(-1 if parent < 0 else at[parent], ()) if own[c] == token))
+        return at
 
     def find_path(self, tokens: Sequence[int]) -> list[int]:
         """The nodes spelling the longest prefix of `tokens` from the root."""
-        nodes, node, own = [], -1, self.tokens.tolist()
+        nodes, node, own = [], -1, self._lists[0]
         for token in tokens:
             node = next((c for c in self.children.get(node, ()) if own[c] == int(token)), None)
             if node is None:

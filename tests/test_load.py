@@ -69,8 +69,9 @@ def test_the_load_benchmark_checks_every_row_and_prices_what_it_measured(tmp_pat
     assert "generate" not in gpu and gpu["greedy"] == {1: 1.0, 3: 1.0}
     lookup = next(r for r in rows if r.batch == 3 and r.method == "prompt_lookup")
     assert gpu["prompt_lookup"][3] == pytest.approx(lookup.compression, rel=1e-3)  # flat: the speedup is S
-    assert "| 3 | adaptive |" in load_markdown(rows, gpu, gpu)
-    assert plot_load(rows, gpu, tmp_path / "load.png", "test").stat().st_size > 0
+    assert "| 3 | adaptive |" in load_markdown(rows, gpu, gpu) and "predicted, CPU surface" in load_markdown(rows, gpu, gpu)
+    assert "predicted, GPU surface" in load_markdown(rows, gpu, gpu, "cuda")  # a GPU's table names its own surface
+    assert plot_load(rows, gpu, tmp_path / "load.png", "test", "cuda").stat().st_size > 0
 
 
 def test_unknown_methods_are_named():

@@ -58,6 +58,16 @@ def test_merge_is_the_trie_of_both(first, second):
         assert merged.sources[node] == ("a" if in_first else "b")
 
 
+@given(paths_lists, paths_lists)
+def test_locate_finds_each_node_of_a_merged_tree(first, second):
+    own = DraftTree.from_paths(second, "b")
+    merged = DraftTree.from_paths(first, "a").merge(own)
+    at = merged.locate(own)
+    assert len(at) == len(own) and len(set(at)) == len(at)
+    for node, there in enumerate(at):  # the same path, spelled in the merged tree
+        assert merged.path_tokens(there) == own.path_tokens(node) == [int(t) for t in own.tokens[own.path(node)]]
+
+
 def test_select_prune_and_depth_limit_keep_ancestors():
     tree = DraftTree.from_paths([[1, 2, 3], [4, 5]], "s")
     assert tree.prune(2).tokens.tolist() == [1, 2]

@@ -30,9 +30,16 @@ surface measured flat for q <= 32, B <= 16: benchmarks/results_gpu/cost_batch); 
 prediction, not a measurement."""
 
 
-def load_markdown(rows: Sequence[LoadRow], cpu: Mapping[str, Mapping[int, float]], gpu: Mapping[str, Mapping[int, float]]) -> str:
-    """The results as a markdown table: throughput, speedup (measured; predicted by the CPU and the GPU-shaped surfaces)."""
-    lines = ["| B | method | tokens/s | x batched greedy | predicted, CPU surface | GPU-shaped model | latency s | S | "
+def _where(device: str) -> str:
+    """A device type as the tables and figures name it: "GPU" for cuda, else its name in capitals."""
+    return "GPU" if device == "cuda" else device.upper()
+
+
+def load_markdown(rows: Sequence[LoadRow], cpu: Mapping[str, Mapping[int, float]], gpu: Mapping[str, Mapping[int, float]],
+                  device: str = "cpu") -> str:
+    """The results as a markdown table: throughput, speedup (measured; predicted by the `device`'s measured
+    surface and by the GPU-shaped model)."""
+    lines = [f"| B | method | tokens/s | x batched greedy | predicted, {_where(device)} surface | GPU-shaped model | latency s | S | "
              "fed/step | rows = batched greedy | rows apart from batch 1 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cpu_x, gpu_x = cpu.get(r.method, {}).get(r.batch), gpu.get(r.method, {}).get(r.batch)
@@ -43,16 +50,18 @@ def load_markdown(rows: Sequence[LoadRow], cpu: Mapping[str, Mapping[int, float]
     return "\n".join(lines)
 
 
-def plot_load(rows: Sequence[LoadRow], gpu: Mapping[str, Mapping[int, float]], path: str | Path, title: str) -> Path:
+def plot_load(rows: Sequence[LoadRow], gpu: Mapping[str, Mapping[int, float]], path: str | Path, title: str,
+              device: str = "cpu") -> Path:
     """Speedup over batched greedy against B, one line per method: measured (left), the GPU-shaped model (right)."""
     fig, ax_m, ax_g = panels(size=(11, 4.4), sharey=True)
     batches = sorted({r.batch for r in rows})
     for method in dict.fromkeys(r.method for r in rows):
-        mine = [r for r in rows if r.method == method]
-        ax_m.plot([r.batch for r in mine], [r.speedup for r in mine], marker="o", label=method)
+        mine = sorted((r for r in rows if r.method == method), key=lambda r: r.batch)  # a run may take the sizes in any order
+        line, = ax_m.plot([r.batch for r in mine], [r.speedup for r in mine], marker="o", label=method)
         if method in gpu:
-            ax_g.plot(list(gpu[method]), list(gpu[method].values()), marker="o", ls="--", label=method)
-    for ax, label in ((ax_m, "measured, this CPU"), (ax_g, "GPU-shaped surface (a model, not a measurement)")):
+            model = sorted(gpu[method].items())
+            ax_g.plot([b for b, _ in model], [x for _, x in model], marker="o", ls="--", label=method, color=line.get_color())
+    for ax, label in ((ax_m, f"measured, this {_where(device)}"), (ax_g, "GPU-shaped surface (a model, not a measurement)")):
         ax.axhline(1.0, color="gray", lw=1)
         log2_axis(ax, "batch size B, log2 scale", "throughput / batched greedy's" if ax is ax_m else "", batches,
                   legend_size=7 if ax is ax_m else None)
@@ -89,9 +98,10 @@ def run_load_command(model, tokenizer, datasets: list[str], methods: Sequence[st
                                 prediction_kv=round(kv, 1), gpu_shaped=GPU_SHAPED.label),
                    "rows": load_dicts(rows), "predicted_cpu_surface": cpu, "predicted_gpu_shaped": gpu}
         stem.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
-        stem.with_suffix(".md").write_text(load_markdown(rows, cpu, gpu) + "\n")
-        plot_load(rows, gpu, args.figure or stem.with_suffix(".png"), title)
-        print("\n" + load_markdown(rows, cpu, gpu), flush=True)
+        table = load_markdown(rows, cpu, gpu, model.device.type)
+        stem.with_suffix(".md").write_text(table + "\n")
+        plot_load(rows, gpu, args.figure or stem.with_suffix(".png"), title, model.device.type)
+        print("\n" + table, flush=True)
 
     run_load(model, ids, settings, surface, eos, on_size=save_rows,
              on_batch=None if args.no_progress else lambda b, done: print(f"  B={b}: {done}", file=sys.stderr, flush=True))

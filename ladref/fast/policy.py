@@ -64,16 +64,16 @@ def exclusive(tree: DraftTree, value: torch.Tensor) -> torch.Tensor:
     """Values made consistent: at most one child of a node can be accepted, so its children's
     values sum to at most its own (the root's: 1). Sources that each think well of a different
     child overstate the sum; their siblings, and with them their subtrees, are scaled down to it."""
-    parents = tree.parents.tolist()
-    below = [float(value[i]) / (1.0 if p < 0 else max(float(value[p]), 1e-300)) for i, p in enumerate(parents)]
+    parents, values = tree.parents.tolist(), value.tolist()
+    below = [values[i] / (1.0 if p < 0 else max(values[p], 1e-300)) for i, p in enumerate(parents)]
     for children in tree.children.values():  # below[i]: P(node i right | its parent right)
         total = sum(below[c] for c in children)
         for c in children:
             below[c] /= max(total, 1.0)
-    out = torch.zeros_like(value)
+    out: list[float] = []
     for i, p in enumerate(parents):  # topological order: a parent comes first
-        out[i] = below[i] * (1.0 if p < 0 else float(out[p]))
-    return out
+        out.append(below[i] * (1.0 if p < 0 else out[p]))
+    return torch.tensor(out, dtype=value.dtype)
 
 
 @dataclass
@@ -205,15 +205,15 @@ class DraftPolicy:
 
     def keys(self, tree: DraftTree, evidence: int = 0) -> list[Key]:
         """Each node's rate key (`tree` is one source's tree: ranks are among its own siblings)."""
-        ranks = sibling_ranks(tree)
-        return [(tree.sources[i], evidence, int(tree.depths[i]), ranks[i]) for i in range(len(tree))]
+        ranks, depths = sibling_ranks(tree), tree.depths.tolist()
+        return [(tree.sources[i], evidence, depths[i], ranks[i]) for i in range(len(tree))]
 
     def values(self, tree: DraftTree, evidence: int = 0) -> torch.Tensor:
         """(n,) float64, each node's probability of acceptance: the rates' product along its path."""
-        value = torch.zeros(len(tree), dtype=torch.float64)
-        for node, (parent, key) in enumerate(zip(tree.parents.tolist(), self.keys(tree, evidence))):
-            value[node] = self.rate(key) * (1.0 if parent < 0 else float(value[parent]))
-        return value
+        value: list[float] = []
+        for parent, key in zip(tree.parents.tolist(), self.keys(tree, evidence)):
+            value.append(self.rate(key) * (1.0 if parent < 0 else value[parent]))
+        return torch.tensor(value, dtype=torch.float64)
 
     def propose(self, trees: Sequence[DraftTree], evidence: Sequence[int] | None = None) -> None:
         """Remember each source's tree for this position, to check it against the coming tokens.
@@ -332,7 +332,8 @@ class DraftPolicy:
             load: the rest of a batch's pass (`Load`): the step maximises the pass's tokens per second.
         """
         tree, value = self._merged(trees, evidence)
-        order = sorted(range(len(tree)), key=lambda i: (-float(value[i]), int(tree.depths[i]), i))  # parents first
+        values, depths = value.tolist(), tree.depths.tolist()
+        order = sorted(range(len(tree)), key=lambda i: (-values[i], depths[i], i))  # parents first
         expected, times = [0.0] + value[order].cumsum(0).tolist(), self.step_times(kv)
         (rate, b, window), probe = self._search(expected, times, window_cells, load)
         own = self._search(expected, times, window_cells, Load(load.others))[0] if load.floor > 1 else (rate, b, window)
@@ -367,11 +368,10 @@ class DraftPolicy:
 
     def _merged(self, trees: Sequence[DraftTree], evidence: Sequence[int] | None) -> tuple[DraftTree, torch.Tensor]:
         """The sources' trees merged, each node valued as its most hopeful source values it (`exclusive`)."""
-        tree, value = DraftTree.empty(), torch.zeros(0, dtype=torch.float64)
+        tree, value = DraftTree.empty(), []
         for own, seen in zip(trees, [0] * len(trees) if evidence is None else evidence):
             tree = tree.merge(own) if len(tree) else own
-            value = torch.cat([value, torch.zeros(len(tree) - len(value), dtype=torch.float64)])
-            for node, v in enumerate(self.values(own, seen).tolist()):
-                at = tree.find_path(own.path_tokens(node))[-1]
-                value[at] = max(float(value[at]), v)
-        return tree, exclusive(tree, value)
+            value += [0.0] * (len(tree) - len(value))
+            for at, v in zip(tree.locate(own), self.values(own, seen).tolist()):
+                value[at] = max(value[at], v)
+        return tree, exclusive(tree, torch.tensor(value, dtype=torch.float64))

@@ -10,9 +10,13 @@ may switch widths from step to step without compiling again.
 The KV cache is transformers' `StaticCache` (through the primitives of `ladref.runner`): a step
 writes its w tokens at slots ``length .. length+w-1`` and attends over all M slots, the others
 masked (`ladref.masks.static_additive`); a commit gathers the accepted tokens' keys/values into
-place and sets the length. The commit is not compiled: the cache's buffers are packed into one
-block each for keys, values and lengths (`ladref.runner.pack_static_cache`), so it is a few
-operations for all layers at once, and a later process has nothing to compile for it.
+place and sets the length. The commit is not compiled: on a CPU the cache's buffers are packed
+into one block each for keys, values and lengths (`ladref.runner.pack_static_cache`), so it is a
+few operations for all layers at once, and a later process has nothing to compile for it. On a
+GPU they stay one buffer per layer, as they were when a compiled greedy step took 3.3 ms on an
+H200: with the packed cache, CUDA graphs were skipped there ("mutated inputs", at the layers'
+``cumulative_length.add_``, the counters then views of one block) and the step took 10.5 ms
+(`benchmarks/results_gpu/logs/compiled_pair_h200.log`; the unpacked step not yet re-measured).
 """
 
 from __future__ import annotations
@@ -175,7 +179,7 @@ class StaticRunner(Runner):
         self.from_disk: dict[int, bool] = {}
         self._steps: dict[int, Callable] = {}
         self._package: tuple[Callable | None, bool] | None = None  # (every width's step, from disk) once looked for
-        self.blocks: tuple[torch.Tensor, ...] | None = None  # the cache packed (`pack_static_cache`) by its first forward
+        self.blocks: tuple[torch.Tensor, ...] | None = None  # the cache packed (`pack_static_cache`) by its first forward, on a CPU
         self._packed = False
 
     @property
@@ -281,7 +285,8 @@ class StaticRunner(Runner):
         with attention_scope(self.kernels):
             logits = step(self, *args, last_only=True) if last_only else step(self, *args)
         if not self._packed:  # the first forward (always eager) allocated the buffers: pack them before anything holds them
-            self.blocks, self._packed = pack_static_cache(self.cache), True
+            self.blocks = pack_static_cache(self.cache) if self.device.type == "cpu" else None  # a GPU: see the module's docstring
+            self._packed = True
         self.length += q
         return logits if logits.dtype == torch.float64 else logits.float()
 
