@@ -18,6 +18,8 @@ import argparse
 import cProfile
 import io
 import pstats
+import sys
+import threading
 import time
 
 import torch
@@ -36,6 +38,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--methods", default="greedy,threshold,prompt_lookup,lookahead,adaptive")
     parser.add_argument("--top", type=int, default=18)
+    parser.add_argument("--surface", default=None, help="a saved cost surface (JSON) for adaptive (default: a GPU-shaped roofline)")
     args = parser.parse_args()
     model, tokenizer = load_default_model(device=args.device, dtype=getattr(torch, args.dtype))
     per_task = -(-args.batch // len(SPECBENCH_TASKS))
@@ -43,25 +46,34 @@ def main() -> None:
     ids = [t[0] for t in encode_prompts(tokenizer, prompts[:args.batch])]
     eos = [model.generation_config.eos_token_id]
     methods = tuple(dict.fromkeys(("greedy", *args.methods.split(","))))
-    surface = CostSurface.roofline(0.010, 0.010 / 512, batches=(1, 2, 4, 8, 16, 32))
+    surface = CostSurface.load(args.surface) if args.surface else CostSurface.roofline(0.010, 0.010 / 512, batches=(1, 2, 4, 8, 16, 32))
     decoders = load_decoders(LoadSettings(methods=methods, lookup_tokens=4), surface, eos)
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     print(f"{model.device} {args.dtype}, B={len(ids)}, {args.max_new_tokens} new tokens a row")
     for name in methods:
         decoders[name](model, ids, args.max_new_tokens)  # warm-up
         sync()
-        profile, began = cProfile.Profile(), time.perf_counter()
+        profile, rows_profiles, began = cProfile.Profile(), [], time.perf_counter()
+        if sys.version_info < (3, 12):  # each row's thread gets a profiler of its own, merged below
+            threading.setprofile(lambda *_: (sys.setprofile(None), rows_profiles.append(cProfile.Profile()), rows_profiles[-1].enable()))
         profile.enable()
         rows = decoders[name](model, ids, args.max_new_tokens)
         sync()
         profile.disable()
+        threading.setprofile(None)
         wall = time.perf_counter() - began
         stats = pstats.Stats(profile, stream=(text := io.StringIO()))
         waits = sum(v[2] for k, v in stats.stats.items() if "acquire" in k[2] or k[2] == "wait")
         tokens = sum(len(r.token_ids) for r in rows)
         print(f"\n=== {name}: {wall:.2f} s, {tokens / wall:.1f} tokens/s (profiled); the calling thread waited {waits:.2f} s on locks")
         stats.sort_stats("tottime").print_stats(args.top)
-        print("\n".join(line for line in text.getvalue().splitlines() if line.strip())[:6000])
+        if rows_profiles:
+            print(f"(the rows' threads, {len(rows_profiles)} of them, merged:)", file=text)
+            rows_stats = pstats.Stats(rows_profiles[0], stream=text)
+            for other in rows_profiles[1:]:
+                rows_stats.add(other)
+            rows_stats.sort_stats("tottime").print_stats(args.top)
+        print("\n".join(line for line in text.getvalue().splitlines() if line.strip())[:12000])
 
 
 if __name__ == "__main__":
