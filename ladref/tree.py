@@ -45,7 +45,7 @@ class DraftTree:
                              f"{tuple(self.parents.shape)} and {len(self.sources)}")
         if self.tokens.is_floating_point() or self.parents.is_floating_point():
             raise TypeError("DraftTree tokens and parents must be integer tensors")
-        if n and not bool(((self.parents >= -1) & (self.parents < torch.arange(n))).all()):
+        if n and not all(-1 <= parent < node for node, parent in enumerate(self._lists[1])):
             raise ValueError("every parent index must be -1 (the root) or an earlier node's index")
 
     # --- building -----------------------------------------------------------------------------
@@ -188,4 +188,4 @@ class DraftTree:
 
     def is_chain(self) -> bool:
         """True when the nodes form one path (node i's parent is node i-1)."""
-        return bool((self.parents == torch.arange(len(self)) - 1).all())
+        return self._lists[1] == list(range(-1, len(self) - 1))
