@@ -161,10 +161,13 @@ class DraftTree:
 
     def locate(self, other: "DraftTree") -> list[int]:
         """For each node of `other`, the node of this tree spelling the same path (this tree must hold
-        every path of `other`, as its `merge` with `other` does)."""
+        every path of `other`, as its `merge` with `other` does; else a ValueError)."""
         own, at = self._lists[0], []
-        for token, parent in zip(*other._lists):
-            at.append(next(c for c in self.children.get(-1 if parent < 0 else at[parent], ()) if own[c] == token))
+        for node, (token, parent) in enumerate(zip(*other._lists)):
+            found = next((c for c in self.children.get(-1 if parent < 0 else at[parent], ()) if own[c] == token), None)
+            if found is None:
+                raise ValueError(f"node {node} of the other tree (path {other.path_tokens(node)}) is not in this tree")
+            at.append(found)
         return at
 
     def find_path(self, tokens: Sequence[int]) -> list[int]:

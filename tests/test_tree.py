@@ -66,6 +66,8 @@ def test_locate_finds_each_node_of_a_merged_tree(first, second):
     assert len(at) == len(own) and len(set(at)) == len(at)
     for node, there in enumerate(at):  # the same path, spelled in the merged tree
         assert merged.path_tokens(there) == own.path_tokens(node) == [int(t) for t in own.tokens[own.path(node)]]
+    with pytest.raises(ValueError, match=r"node 0 of the other tree \(path \[7\]\) is not in this tree"):
+        merged.locate(DraftTree.from_paths([[7]], "c"))
 
 
 def test_select_prune_and_depth_limit_keep_ancestors():
