@@ -129,7 +129,7 @@ class DraftTree:
     def depths(self) -> torch.Tensor:
         """(n,) long, 1 for the root's children."""
         depth: list[int] = []
-        for parent in self.parents.tolist():
+        for parent in self._lists[1]:
             depth.append(1 if parent < 0 else depth[parent] + 1)
         return torch.tensor(depth, dtype=torch.long)
 
@@ -137,7 +137,7 @@ class DraftTree:
     def children(self) -> dict[int, list[int]]:
         """node -> its children in order (-1: the root's children)."""
         kids: dict[int, list[int]] = {}
-        for node, parent in enumerate(self.parents.tolist()):
+        for node, parent in enumerate(self._lists[1]):
             kids.setdefault(parent, []).append(node)
         return kids
 
