@@ -8,6 +8,11 @@ requests and from request 10 on, and whether every output equals greedy's. S cou
 forward pass, not time: it does not depend on the machine's load, so this runs at one thread.
 
     python scripts/suffix_budget.py humaneval 24 > benchmarks/results/multi/suffix_budget_humaneval.log
+
+With ``--merged`` the suffix rows are `MERGED`'s: the default budget, then proposers that grow one
+tree from every matched pattern (``merge_matches=True``) at large budgets:
+
+    python scripts/suffix_budget.py humaneval 24 --merged > benchmarks/results/multi/suffix_merged_humaneval.log
 """
 import json
 import sys
@@ -22,23 +27,26 @@ from ladref.sources.recycling import RecyclingProposer, recycling_decode
 from ladref.sources.suffix import suffix_decode
 from ladref.sources.suffix_trie import SuffixMemory
 
-BUDGETS = [(16, 1.0, 12, 0.1), (32, 2.0, 12, 0.1), (80, 4.0, 16, 0.1), (80, 8.0, 24, 0.1), (80, 8.0, 24, 0.02)]
-"""(max_nodes, spec_factor, max_depth, min_prob): the first is `SuffixProposer`'s default."""
+BUDGETS = [(16, 1.0, 12, 0.1, False), (32, 2.0, 12, 0.1, False), (80, 4.0, 16, 0.1, False), (80, 8.0, 24, 0.1, False),
+           (80, 8.0, 24, 0.02, False)]
+"""(max_nodes, spec_factor, max_depth, min_prob, merge_matches): the first is `SuffixProposer`'s default."""
+MERGED = [(16, 1.0, 12, 0.1, False), (48, 48.0, 24, 0.02, True), (80, 16.0, 24, 0.02, True), (80, 80.0, 24, 0.02, True)]
+"""The rows of ``--merged``: the default, then one merged tree at 48 and 80 nodes (alpha 48, 80: every match drafts the whole budget)."""
 
 
 def main() -> None:
-    workload, limit = sys.argv[1], int(sys.argv[2])
+    workload, limit, budgets = sys.argv[1], int(sys.argv[2]), MERGED if "--merged" in sys.argv[3:] else BUDGETS
     torch.set_num_threads(1)
     model, tokenizer = load_default_model("cpu", torch.float32)
     rows = [MultiRow("greedy", lambda ids, n: greedy_decode(model, ids, n))]
     warm = RecyclingProposer.for_model(model, warm=True)
     rows.append(MultiRow("recycling_warm (80 nodes)", lambda ids, n: recycling_decode(model, ids, n, proposer=warm)))
-    for nodes, factor, depth, prob in BUDGETS:
+    for nodes, factor, depth, prob, merge in budgets:
         suffix = TimedSuffix.for_model(model, memory=SuffixMemory(8192), max_nodes=nodes, spec_factor=factor,
-                                       max_depth=depth, min_prob=prob)
+                                       max_depth=depth, min_prob=prob, merge_matches=merge)
         run = lambda ids, n, p=suffix: suffix_decode(model, ids, n, proposer=p)  # noqa: E731
         rows.append(MultiRow(f"suffix_memory (max_nodes {nodes}, spec_factor {factor:g}, max_depth {depth}, "
-                             f"min_prob {prob:g})", run, suffix))
+                             f"min_prob {prob:g}{', merged' if merge else ''})", run, suffix))
     print(f"# {workload}, {limit} conversations, 96 new tokens per request, float32 SmolLM2-135M, 1 thread", flush=True)
     start = time.perf_counter()
     records = run_multi(tokenizer, conversations(workload, limit), rows, 96)

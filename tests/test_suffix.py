@@ -140,6 +140,38 @@ def test_speculation_scales_with_the_match_length_and_stops_at_the_caps():
     assert len(proposer.propose([1, 2, 3])) == 0 and proposer.evidence == 0  # 3 never went on
 
 
+def test_merged_matches_grow_one_tree_from_every_pattern():
+    text = [1, 2, 3, 5, 2, 4, 5, 2, 4, 5, 1, 2]  # "2" went on with 3 once, with 4 twice; "1 2" with 3 once
+    apart = SuffixProposer(max_depth=4, max_nodes=3, spec_factor=2.0, min_prob=0.0, max_match=4)
+    merged = SuffixProposer(max_depth=4, max_nodes=3, spec_factor=2.0, min_prob=0.0, max_match=4, merge_matches=True)
+    for proposer in (apart, merged):
+        proposer.begin(text)
+    # apart: "2" earns 2 nodes, 4 (2/4) and its 5 (0.5): 1.0; "1 2" earns 3, its one line 3 5 2 (1/2 each): 1.5, it wins
+    assert apart.propose(text).tokens.tolist() == [3, 5, 2] and apart.evidence == 2
+    # merged: 3 nodes (alpha x the longest match) from both: 4 after "2" (0.5), 3 after "1 2" (0.5), then 4's 5 (0.5)
+    tree = merged.propose(text)
+    assert (tree.tokens.tolist(), tree.parents.tolist(), merged.evidence) == ([4, 3, 5], [-1, -1, 0], 2)
+    starts = [node for _, node in merged.trie.matches(text, 4)]
+    tokens, parents, score = grow(starts, 4, 4, 0.0)
+    assert (tokens, parents, score) == ([4, 3, 5, 5], [-1, -1, 0, 1], 2.0)
+    assert grow(starts, 9, 4, 0.0)[0].count(3) == 1  # 3 after "2" (1/4) and after "1 2" (1/2): one node, at 0.5
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(1, 12), st.integers(1, 5),
+       st.sampled_from([0.0, 0.1, 0.3]))
+def test_a_merged_tree_is_a_trie_scoring_at_least_any_one_patterns_tree(text, budget, depth, min_prob):
+    trie = SuffixTrie(12)
+    trie.extend(text)
+    starts = [node for _, node in trie.matches(text, 6)]
+    tokens, parents, score = grow(starts, budget, depth, min_prob)
+    assert len(tokens) <= budget and all(-1 <= parent < i for i, parent in enumerate(parents))
+    assert len(set(zip(parents, tokens))) == len(tokens)  # no path drafted twice
+    for start in starts:  # the best-first tree of one start is the top nodes of that start alone: the merged one holds
+        alone = grow(start, budget, depth, min_prob)  # the top nodes of all starts, at their highest probability
+        assert alone == grow([start], budget, depth, min_prob) and score >= alone[2] - 1e-9
+
+
 def test_the_request_trie_grows_with_every_committed_step():
     proposer = SuffixProposer(min_prob=0.0)
     proposer.begin([7, 1, 2])
@@ -165,6 +197,7 @@ def test_a_memory_drafts_from_earlier_requests_outputs_and_copies_share_it():
     assert len(alone.propose([7, 1, 2])) == 0
     twin = copy.deepcopy(first)  # as each row of a batch gets: its own request trie, the same memory
     assert twin.memory is memory and twin.trie is not first.trie and twin.max_depth == first.max_depth
+    assert copy.deepcopy(SuffixProposer(merge_matches=True)).merge_matches
 
 
 def test_the_memory_evicts_its_oldest_requests_past_its_bound():
@@ -201,7 +234,8 @@ def test_a_memory_across_calls_finds_the_earlier_outputs_and_stays_exact():
 
 
 def decoders(vocab: int):
-    """(name, decode(model, prompt, n, eos)) with a suffix proposer: alone, with a memory, merged, adaptive."""
+    """(name, decode(model, prompt, n, eos)) with a suffix proposer: alone, with a memory, its matches merged, with other
+    proposers, adaptive."""
     def twice_with_memory(m, p, n, e):
         memory = SuffixMemory(max_tokens=16)  # small: the second call evicts part of the first's output
         suffix_decode(m, p, n, memory=memory, eos_token_id=e)
@@ -212,6 +246,8 @@ def decoders(vocab: int):
         ("suffix, wide", lambda m, p, n, e: suffix_decode(m, p, n, max_depth=3, max_nodes=6, spec_factor=4.0, min_prob=0.0,
                                                           eos_token_id=e)),
         ("suffix, memory", twice_with_memory),
+        ("suffix, merged matches", lambda m, p, n, e: suffix_decode(m, p, n, memory=SuffixMemory(), max_nodes=8, spec_factor=8.0,
+                                                                    min_prob=0.0, merge_matches=True, eos_token_id=e)),
         ("merged", lambda m, p, n, e: draft_decode(m, p, n, proposers=[SuffixProposer(), PromptLookupProposer(draft_len=3),
                                                                        RecyclingProposer(vocab, TreeTemplate.best_first(12, 3, 4))],
                                                    eos_token_id=e)),
@@ -237,7 +273,7 @@ def test_suffix_decoding_is_exactly_greedy(arch, vocab, seed, data, max_new_toke
 def test_every_family_decodes_exactly_greedy(family):
     model = family_model(family, 16, 0)
     expected = hf_greedy(model, PROMPT, 24)
-    for name, decode in decoders(16)[:3]:
+    for name, decode in decoders(16)[:4]:
         assert decode(model, PROMPT, 24, None).token_ids == expected, (family, name)
 
 
@@ -315,6 +351,7 @@ def used_by(vocab: int) -> SuffixMemory:
     (lambda m: suffix_decode(m, PROMPT, memory=SuffixMemory(max_tokens=1e4)), TypeError, "max_tokens must be an int"),
     (lambda m: suffix_decode(m, PROMPT, memory=SuffixMemory(depth=0)), ValueError, "depth must be >= 2"),
     (lambda m: suffix_decode(m, PROMPT, memory={}), TypeError, "memory must be a SuffixMemory or None, got dict"),
+    (lambda m: suffix_decode(m, PROMPT, merge_matches=1), TypeError, "merge_matches must be a bool, got int"),
     (lambda m: suffix_decode(m, PROMPT, proposer=PromptLookupProposer()), TypeError, "proposer must be a SuffixProposer"),
     (lambda m: suffix_decode(m, PROMPT, proposer=SuffixProposer(vocab_size=8)), ValueError, "made for a vocabulary of 8 ids"),
     (lambda m: suffix_decode(m, PROMPT, eos=3), TypeError, "unexpected keyword argument 'eos'"),

@@ -447,6 +447,20 @@ for node in range(len(drafts)):
     print(f"   node {node}: parent {int(drafts.parents[node]):2d}, path {show(drafts.path_tokens(node))}")
 
 # %% [markdown]
+# With `merge_matches=True` the patterns do not compete: all of them (and, with a memory, their
+# matches there too) grow ONE tree, best first, a path drafted once at the highest probability
+# any pattern gives it, at most `spec_factor` x (the longest L) nodes. A big tree then holds the
+# alternatives of several patterns, not only the deeper guesses of one.
+
+# %%
+merged = SuffixProposer(spec_factor=2.0, merge_matches=True)
+merged.begin(text)
+drafts = merged.propose(text)
+print(f"merged: {len(drafts)} nodes, the longest pattern {merged.evidence} tokens")
+for node in range(len(drafts)):
+    print(f"   node {node}: parent {int(drafts.parents[node]):2d}, path {show(drafts.path_tokens(node))}")
+
+# %% [markdown]
 # With a `SuffixMemory` the proposer also drafts from the outputs of earlier requests (kept up to
 # a bound in tokens, the oldest evicted): the answer to the neighbouring question of section 4,
 # decoded first, helps the next request.

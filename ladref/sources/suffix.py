@@ -15,12 +15,16 @@ Every pattern length grows its tree, in two tries: the request's own (prompt and
 as tokens are committed) and, optionally, a `SuffixMemory` shared across requests (the outputs of
 earlier and running requests, the oldest evicted past a bound in tokens). The tree with the
 highest score (the sum of its nodes' probabilities: the tokens it expects accepted) is proposed,
-as ArcticInference does; its pattern's length is the proposal's ``evidence``.
+as ArcticInference does; its pattern's length is the proposal's ``evidence``. With
+``merge_matches=True`` every matched pattern, of every length and in both tries, grows ONE tree
+instead (`grow` from all their nodes at once, the budget set by the longest match): a big tree
+then holds the alternatives of several patterns, not only the deeper guesses of one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +77,8 @@ class SuffixProposer(DraftSource):
         max_match: the longest pattern looked up.
         memory: a `SuffixMemory` kept across calls (and shared by a batch's rows), or None: the
             request's own text only.
+        merge_matches: grow one tree from every matched pattern (every length, the request's trie
+            and the memory's) instead of proposing the best-scoring pattern's tree.
         vocab_size: the model's vocabulary size, which a memory is checked against (`for_model` sets it).
 
     Attributes:
@@ -84,7 +90,8 @@ class SuffixProposer(DraftSource):
     name = "suffix"
 
     def __init__(self, max_depth: int = 12, max_nodes: int = 16, spec_factor: float = 1.0, min_prob: float = 0.1,
-                 max_match: int = 12, memory: SuffixMemory | None = None, vocab_size: int | None = None) -> None:
+                 max_match: int = 12, memory: SuffixMemory | None = None, vocab_size: int | None = None,
+                 merge_matches: bool = False) -> None:
         check_int("max_depth", max_depth, 1)
         check_int("max_nodes", max_nodes, 1)
         check_positive("spec_factor", spec_factor)
@@ -93,6 +100,8 @@ class SuffixProposer(DraftSource):
             raise TypeError(f"min_prob must be a number in [0, 1), got {type(min_prob).__name__}")
         if not 0 <= min_prob < 1:
             raise ValueError(f"min_prob must be a number in [0, 1), got {min_prob}")
+        if not isinstance(merge_matches, bool):
+            raise TypeError(f"merge_matches must be a bool, got {type(merge_matches).__name__}")
         if memory is not None and not isinstance(memory, SuffixMemory):
             raise TypeError(f"memory must be a SuffixMemory or None, got {type(memory).__name__}")
         if vocab_size is not None and memory is not None:
@@ -100,7 +109,7 @@ class SuffixProposer(DraftSource):
         elif vocab_size is not None:
             check_int("vocab_size", vocab_size, 1)
         self.max_depth, self.max_nodes, self.spec_factor, self.min_prob = max_depth, max_nodes, spec_factor, min_prob
-        self.max_match, self.memory, self.vocab_size = max_match, memory, vocab_size
+        self.max_match, self.memory, self.vocab_size, self.merge_matches = max_match, memory, vocab_size, merge_matches
         self.trie, self.ends, self.key, self.evidence = SuffixTrie(max_match + max_depth), [], None, 0
 
     @classmethod
@@ -112,7 +121,7 @@ class SuffixProposer(DraftSource):
         """A fresh proposer with the same settings and the SAME memory: each row of a batch drafts
         with such a copy (`ladref.batch.copy_for_row`), its own request trie, one shared memory."""
         return SuffixProposer(self.max_depth, self.max_nodes, self.spec_factor, self.min_prob, self.max_match, self.memory,
-                              self.vocab_size)
+                              self.vocab_size, self.merge_matches)
 
     def begin(self, prompt: Sequence[int]) -> None:
         """A new request: a trie of the prompt, and a new record in the memory for its output."""
@@ -136,13 +145,28 @@ class SuffixProposer(DraftSource):
                     best = SuffixDraft(tuple(tokens), tuple(parents), score, length)
         return best
 
+    def merged(self, tries: Sequence[SuffixTrie], context: Sequence[int]) -> SuffixDraft:
+        """One tree grown from every pattern continuing `context` in `tries`, at most alpha * (the longest L) nodes."""
+        matches = [match for trie in tries for match in trie.matches(context, self.max_match)]
+        longest = max((length for length, _ in matches), default=0)
+        budget = min(self.max_nodes, int(self.spec_factor * longest + 1e-9))
+        if budget < 1:
+            return SuffixDraft()
+        tokens, parents, score = grow([node for _, node in matches], budget, self.max_depth, self.min_prob)
+        return SuffixDraft(tuple(tokens), tuple(parents), score, longest)
+
     def propose(self, context: Sequence[int]) -> DraftTree:
-        """The higher-scoring of the request's draft and the memory's (the request's on a tie)."""
-        drafts = [self.draft(self.trie, context)]
-        if self.memory is not None:
-            with self.memory.lock:
-                drafts.append(self.draft(self.memory.trie, context))
-        best = max(drafts, key=lambda d: d.score)
+        """The higher-scoring of the request's draft and the memory's (the request's on a tie), or
+        with ``merge_matches`` the one tree of every match in both."""
+        lock = nullcontext() if self.memory is None else self.memory.lock
+        if self.merge_matches:
+            with lock:
+                best = self.merged([self.trie] + ([] if self.memory is None else [self.memory.trie]), context)
+        else:
+            drafts = [self.draft(self.trie, context)]
+            with lock:
+                drafts += [] if self.memory is None else [self.draft(self.memory.trie, context)]
+            best = max(drafts, key=lambda d: d.score)
         self.evidence = best.match if best.tokens else 0
         if not best.tokens:
             return DraftTree.empty()
@@ -168,6 +192,7 @@ def suffix_decode(
     min_prob: float = 0.1,
     max_match: int = 12,
     memory: SuffixMemory | None = None,
+    merge_matches: bool = False,
     **options: Unpack[DecodeOptions],
 ) -> DecodeResult | BatchResult:
     """SuffixDecoding; greedy output identical to `greedy_decode`.
@@ -190,6 +215,7 @@ def suffix_decode(
         min_prob: the least estimated probability of a drafted node.
         max_match: the longest pattern looked up.
         memory: a `SuffixMemory` of earlier outputs, kept and grown by this call; None: none.
+        merge_matches: grow one tree from every matched pattern, not the best pattern's tree alone.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
             ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
@@ -203,7 +229,7 @@ def suffix_decode(
     accept("suffix_decode", options, DecodeOptions)
     vocab = ModelFacts.of(model).vocab_size
     if proposer is None:
-        proposer = SuffixProposer(max_depth, max_nodes, spec_factor, min_prob, max_match, memory, vocab)
+        proposer = SuffixProposer(max_depth, max_nodes, spec_factor, min_prob, max_match, memory, vocab, merge_matches)
     elif not isinstance(proposer, SuffixProposer):
         raise TypeError(f"proposer must be a SuffixProposer, got {type(proposer).__name__}")
     elif proposer.vocab_size is not None and proposer.vocab_size != vocab:

@@ -102,8 +102,8 @@ class SuffixTrie:
         return found
 
 
-def grow(node: Node, budget: int, max_depth: int, min_prob: float) -> tuple[list[int], list[int], float]:
-    """The `budget` most probable nodes below `node`, best first, at most `max_depth` deep.
+def grow(starts: Node | Sequence[Node], budget: int, max_depth: int, min_prob: float) -> tuple[list[int], list[int], float]:
+    """The `budget` most probable nodes below `starts`, best first, at most `max_depth` deep.
 
     A child's probability is its parent's times the share of the parent's occurrences that went on
     with the child's token (its count over the parent's count: an occurrence that ends a text, as
@@ -111,11 +111,16 @@ def grow(node: Node, budget: int, max_depth: int, min_prob: float) -> tuple[list
     as ArcticInference estimates); children below `min_prob` are not drafted. A child is never more
     probable than its parent, so the nodes taken form a tree.
 
+    Several starts (the nodes of several matched patterns, in one trie or several) grow ONE tree:
+    a token path drafted from two of them is drafted once, at the higher of their probabilities,
+    and its children come from both. With one start this is the best-first tree of that node.
+
     Returns:
         tokens, parents (indices into tokens, -1: the root), score (the sum of their probabilities).
     """
     tokens: list[int] = []
     parents: list[int] = []
+    drafted: dict[tuple[int, int], int] = {}  # (parent index, token) -> the node's index
     score, order, heap = 0.0, itertools.count(), []
 
     def push(parent: Node, prob: float, index: int, depth: int) -> None:
@@ -124,13 +129,17 @@ def grow(node: Node, budget: int, max_depth: int, min_prob: float) -> tuple[list
                 if prob * child.count / parent.count >= min_prob:
                     heapq.heappush(heap, (-prob * child.count / parent.count, next(order), token, child, index, depth + 1))
 
-    push(node, 1.0, -1, 0)
+    for start in [starts] if isinstance(starts, Node) else starts:
+        push(start, 1.0, -1, 0)
     while heap and len(tokens) < budget:
         neg, _, token, child, parent, depth = heapq.heappop(heap)
-        tokens.append(token)
-        parents.append(parent)
-        score -= neg
-        push(child, -neg, len(tokens) - 1, depth)
+        index = drafted.get((parent, token))
+        if index is None:  # a new path: drafted at this, its highest, probability
+            index = drafted[parent, token] = len(tokens)
+            tokens.append(token)
+            parents.append(parent)
+            score -= neg
+        push(child, -neg, index, depth)  # a path drafted before: this start's continuations join it
     return tokens, parents, score
 
 
