@@ -162,19 +162,24 @@ class DraftTree:
     def locate(self, other: "DraftTree") -> list[int]:
         """For each node of `other`, the node of this tree spelling the same path (this tree must hold
         every path of `other`, as its `merge` with `other` does; else a ValueError)."""
-        own, at = self._lists[0], []
+        at: list[int] = []
         for node, (token, parent) in enumerate(zip(*other._lists)):
-            found = next((c for c in self.children.get(-1 if parent < 0 else at[parent], ()) if own[c] == token), None)
+            found = self._child(-1 if parent < 0 else at[parent], token)
             if found is None:
                 raise ValueError(f"node {node} of the other tree (path {other.path_tokens(node)}) is not in this tree")
             at.append(found)
         return at
 
+    def _child(self, node: int, token: int) -> int | None:
+        """The child of `node` (-1: the root) drafting `token`, or None."""
+        own = self._lists[0]
+        return next((c for c in self.children.get(node, ()) if own[c] == token), None)
+
     def find_path(self, tokens: Sequence[int]) -> list[int]:
         """The nodes spelling the longest prefix of `tokens` from the root."""
-        nodes, node, own = [], -1, self._lists[0]
+        nodes, node = [], -1
         for token in tokens:
-            node = next((c for c in self.children.get(node, ()) if own[c] == int(token)), None)
+            node = self._child(node, int(token))
             if node is None:
                 break
             nodes.append(node)

@@ -39,36 +39,27 @@ class Committed:
 
 
 def collect(workload: str, limit: int, path: str) -> None:
-    """Decode the workload's requests in order with greedy; save [{"prompt": ids, "output": ids}, ...]."""
+    """Decode the workload's requests in order with greedy (`run_multi`); save [{"prompt": ids, "output": ids}, ...]."""
     from ladref import load_default_model
-    from ladref.bench.multi import conversation_ids, conversations
+    from ladref.bench.multi import MultiRow, conversations, run_multi
     from ladref.greedy import greedy_decode
 
     model, tokenizer = load_default_model("cpu", torch.float32)
     requests = []
-    for chat in conversations(workload, limit):
-        messages = []
-        for text in chat.turns:
-            messages.append({"role": "user", "content": text})
-            ids = conversation_ids(tokenizer, messages)
-            output = greedy_decode(model, ids, 96).token_ids
-            requests.append({"prompt": ids[0].tolist(), "output": output})
-            messages.append({"role": "assistant", "content": tokenizer.decode(output, skip_special_tokens=True)})
+
+    def greedy(ids: torch.Tensor, n: int):
+        result = greedy_decode(model, ids, n)
+        requests.append({"prompt": ids[0].tolist(), "output": result.token_ids})
+        return result
+
+    run_multi(tokenizer, conversations(workload, limit), [MultiRow("greedy", greedy)], 96)
     with open(path, "w") as f:
         json.dump(requests, f)
 
 
 def accepted(proposer: SuffixProposer, context: list[int], ahead: Sequence[int]) -> int:
     """How many of the proposed tree's nodes a step accepts: the longest path that `ahead` continues."""
-    tree = proposer.propose(context)
-    children: dict[int, dict[int, int]] = {}
-    if len(tree):
-        for node, (token, parent) in enumerate(zip(*tree._lists)):
-            children.setdefault(parent, {})[token] = node
-    node, n = -1, 0
-    while n < len(ahead) and ahead[n] in children.get(node, {}):
-        node, n = children[node][ahead[n]], n + 1
-    return n
+    return len(proposer.propose(context).find_path(ahead))
 
 
 def replay(requests: Sequence[dict], proposer: SuffixProposer) -> tuple[float, float]:

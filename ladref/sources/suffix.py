@@ -129,6 +129,10 @@ class SuffixProposer(DraftSource):
         self.ends = self.trie.extend(prompt)
         self.key = None if self.memory is None else self.memory.open()
 
+    def budget(self, length: int) -> int:
+        """The most draft nodes a pattern of `length` tokens earns: alpha * L, rounded down, at most ``max_nodes``."""
+        return min(self.max_nodes, int(self.spec_factor * length + 1e-9))
+
     def draft(self, trie: SuffixTrie, context: Sequence[int]) -> SuffixDraft:
         """The best-scoring tree continuing `context` in one trie, over every pattern length (a tie: the longer pattern).
 
@@ -138,7 +142,7 @@ class SuffixProposer(DraftSource):
         """
         best = SuffixDraft()
         for length, node in trie.matches(context, self.max_match):
-            budget = min(self.max_nodes, int(self.spec_factor * length + 1e-9))
+            budget = self.budget(length)
             if budget >= 1:
                 tokens, parents, score = grow(node, budget, self.max_depth, self.min_prob)
                 if tokens and score >= best.score:
@@ -149,7 +153,7 @@ class SuffixProposer(DraftSource):
         """One tree grown from every pattern continuing `context` in `tries`, at most alpha * (the longest L) nodes."""
         matches = [match for trie in tries for match in trie.matches(context, self.max_match)]
         longest = max((length for length, _ in matches), default=0)
-        budget = min(self.max_nodes, int(self.spec_factor * longest + 1e-9))
+        budget = self.budget(longest)
         if budget < 1:
             return SuffixDraft()
         tokens, parents, score = grow([node for _, node in matches], budget, self.max_depth, self.min_prob)
