@@ -22,10 +22,11 @@ Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast
    `ladref.sources.suffix` (suffix decoding, over the counted trie of `ladref.sources.suffix_trie`)
    and Jacobi's chain in `ladref.sources.jacobi`;
 6. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
-7. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve) and
-   `ladref.fast.surface` (the step cost of a batch, t(q, kv, B)),
+7. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve),
+   `ladref.fast.cost_cache` (curves measured once per machine) and `ladref.fast.surface` (the
+   step cost of a batch, t(q, kv, B)), `ladref.fast.acceptance` (what drafts are worth, learned),
    `ladref.fast.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
-   `ladref.fast.static`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
+   `ladref.fast.static`, `ladref.fast.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
 8. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
    internals), `ladref.call` (input checks, stopping rules), `ladref.batch` (a batch of prompts:
@@ -42,7 +43,8 @@ from .config import LookaheadConfig
 from .decode import draft_decode
 from .fast.adaptive import AdaptiveDecoder, adaptive_decode
 from .fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
-from .fast.cost import CostCache, CostModel
+from .fast.cost import CostModel
+from .fast.cost_cache import CostCache
 from .fast.surface import CostSurface
 from .generate import lookahead_generator
 from .greedy import greedy_decode

@@ -192,7 +192,7 @@ def test_acceptance_is_learned_apart_per_grade_of_evidence():
 
 
 def test_sources_that_disagree_cannot_promise_more_than_one_child():
-    from ladref.fast.policy import exclusive
+    from ladref.fast.acceptance import exclusive
 
     tree = DraftTree.from_paths([[1, 2], [3], [4]], "a")  # root children 1, 3, 4; node 2 below 1
     value = torch.tensor([0.8, 0.4, 0.6, 0.6], dtype=torch.float64)  # nodes: 1, 2, 3, 4 (topological)

@@ -29,7 +29,8 @@ from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.step import draft_step
 from ladref.runner import ModelRunner, guard_static_cache
-from ladref.fast.static import StaticRunner, compile_scope, static_step
+from ladref.fast.compiling import compile_scope
+from ladref.fast.static import StaticRunner, static_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]

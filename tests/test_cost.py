@@ -12,7 +12,8 @@ import pytest
 import torch
 from strategies import build_tiny, tiny_model
 
-from ladref.fast.cost import CPU_WIDTHS, CostCache, CostModel, default_widths
+from ladref.fast.cost import CPU_WIDTHS, CostModel, default_widths
+from ladref.fast.cost_cache import CostCache
 from ladref.runner import ModelRunner
 from ladref.fast.static import StaticRunner
 

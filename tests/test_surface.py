@@ -8,7 +8,8 @@ from strategies import tiny_model
 import ladref.fast.timing as timing
 from ladref import greedy_decode
 from ladref.fast.adaptive import AdaptiveDecoder
-from ladref.fast.cost import CostCache, CostModel
+from ladref.fast.cost import CostModel
+from ladref.fast.cost_cache import CostCache
 from ladref.fast.surface import CostSurface, batch_curve, batches_up_to, cached_surface
 
 pytestmark = pytest.mark.usefixtures("one_thread")

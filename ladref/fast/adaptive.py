@@ -30,7 +30,8 @@ from ..sources.recycling import RecyclingProposer
 from ..step import run_drafting
 from ..tree import DraftTree
 from ..types import Budget, Prompts, TokenIds
-from .cost import DEFAULT_KV_LENGTHS, CostCache, CostModel, default_widths
+from .cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
+from .cost_cache import CostCache
 from .policy import DraftPolicy, Load, PolicySettings
 from .surface import CostSurface, batches_up_to, cached_surface
 
@@ -219,9 +220,9 @@ def adaptive_decode(
         max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         cost: the step-cost curve of this machine (`CostModel`; for a batch, a `CostSurface`);
             default: from `cache`.
-        cache: the `ladref.fast.cost.CostCache` to take the curve from, measured there once per model,
+        cache: the `ladref.fast.cost_cache.CostCache` to take the curve from, measured there once per model,
             runner and machine. Default `CostCache.default()`, a file in the user's cache folder
-            (`ladref.fast.cost.default_cache_path`): the first call on a machine measures the curve
+            (`ladref.fast.cost_cache.default_cache_path`): the first call on a machine measures the curve
             (17-30 s for SmolLM2-135M on 2 idle CPU cores), every later call and process reads it;
             a batch's first call on a machine measures the batched passes up to its size, once.
         proposers: the draft sources; default `default_proposers(model, window)`.

@@ -3,13 +3,13 @@
 A draft pays only if what it adds to a step's expected tokens beats what it adds to its time.
 `DraftPolicy` keeps both sides:
 
-* acceptance: per draft source, grade of evidence (prompt lookup: the length of the suffix it
-  matched), depth and sibling rank, how often a draft node whose parent was right turned out
-  right too. It learns this from EVERY step, fed or not: greedy output is fixed, so once the
-  next tokens are known any proposed tree can be checked against them (a counterfactual
-  verification that costs no forward pass). A node's value, the probability that it will be
-  accepted, is the product of those rates along its path (siblings from different sources
-  scaled to add up to at most their parent's: only one can be right);
+* acceptance (`ladref.fast.acceptance`): per draft source, grade of evidence (prompt lookup: the
+  length of the suffix it matched), depth and sibling rank, how often a draft node whose parent
+  was right turned out right too. It learns this from EVERY step, fed or not: greedy output is
+  fixed, so once the next tokens are known any proposed tree can be checked against them (a
+  counterfactual verification that costs no forward pass). A node's value, the probability that
+  it will be accepted, is the product of those rates along its path (siblings from different
+  sources scaled to add up to at most their parent's: only one can be right);
 * cost: t(q) at the current KV length, from a `ladref.fast.cost.CostModel` measured on this machine
   with bare forward passes (a prior), optionally corrected by the time each step of this call
   actually took, its host work included (`timed`: the evidence).
@@ -34,57 +34,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..tree import DraftTree
+from .acceptance import Acceptance, Key, Pending, ProbeTally, Rate, exclusive
 from .cost import CostModel
-
-Key = tuple[str, int, int, int]  # (source, evidence, depth, sibling rank)
-
-
-@dataclass
-class Rate:
-    """Beta-posterior count of one acceptance rate: accepted of reached, plus the prior."""
-
-    accepted: float
-    reached: float
-
-    @property
-    def mean(self) -> float:
-        return self.accepted / self.reached
-
-
-def sibling_ranks(tree: DraftTree) -> list[int]:
-    """Each node's index among its parent's children."""
-    ranks = [0] * len(tree)
-    for children in tree.children.values():
-        for rank, node in enumerate(children):
-            ranks[node] = rank
-    return ranks
-
-
-def exclusive(tree: DraftTree, value: torch.Tensor) -> torch.Tensor:
-    """Values made consistent: at most one child of a node can be accepted, so its children's
-    values sum to at most its own (the root's: 1). Sources that each think well of a different
-    child overstate the sum; their siblings, and with them their subtrees, are scaled down to it."""
-    parents, values = tree.parents.tolist(), value.tolist()
-    below = [values[i] / (1.0 if p < 0 else max(values[p], 1e-300)) for i, p in enumerate(parents)]
-    for children in tree.children.values():  # below[i]: P(node i right | its parent right)
-        total = sum(below[c] for c in children)
-        for c in children:
-            below[c] /= max(total, 1.0)
-    out: list[float] = []
-    for i, p in enumerate(parents):  # topological order: a parent comes first
-        out.append(below[i] * (1.0 if p < 0 else out[p]))
-    return torch.tensor(out, dtype=value.dtype)
-
-
-@dataclass
-class Pending:
-    """A proposed tree still being checked against the tokens that follow its position."""
-
-    tree: DraftTree
-    keys: list[Key] | None  # None: a probe, counted in `DraftPolicy.probes` instead of the rates
-    node: int = -1  # the deepest node matched so far (-1: the root)
-    expected: float = 0.0  # a probe's expected accepted draft tokens
-    matched: int = 0  # draft tokens matched so far
 
 
 @dataclass(frozen=True)
@@ -116,14 +67,6 @@ class PolicySettings:
             raise ValueError(f"prior must be (accepted, reached) with 0 < accepted < reached, got {self.prior}")
         if not 0 < self.smoothing <= 1:
             raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
-
-
-@dataclass
-class ProbeTally:
-    """Draft tokens the judged probes expected and matched, each count starting from a prior of 2."""
-
-    expected: float = 2.0
-    matched: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +107,7 @@ class Choice:
 
 
 @dataclass
-class DraftPolicy:
+class DraftPolicy(Acceptance):
     """Chooses each step's drafts and window from learned acceptance and measured cost.
 
     Args:
@@ -196,86 +139,6 @@ class DraftPolicy:
             self.widths = tuple(sorted(int(w) for w in self.widths))
             if not self.widths or self.widths[0] < 1:
                 raise ValueError(f"widths must be positive ints, got {self.widths}")
-
-    # --- acceptance ---------------------------------------------------------------------------
-
-    def rate(self, key: Key) -> float:
-        found, (a, b) = self.rates.get(key), self.settings.prior
-        return found.mean if found is not None else a / b
-
-    def keys(self, tree: DraftTree, evidence: int = 0) -> list[Key]:
-        """Each node's rate key (`tree` is one source's tree: ranks are among its own siblings)."""
-        ranks, depths = sibling_ranks(tree), tree.depths.tolist()
-        return [(tree.sources[i], evidence, depths[i], ranks[i]) for i in range(len(tree))]
-
-    def values(self, tree: DraftTree, evidence: int = 0) -> torch.Tensor:
-        """(n,) float64, each node's probability of acceptance: the rates' product along its path."""
-        value: list[float] = []
-        for parent, key in zip(tree.parents.tolist(), self.keys(tree, evidence)):
-            value.append(self.rate(key) * (1.0 if parent < 0 else value[parent]))
-        return torch.tensor(value, dtype=torch.float64)
-
-    def propose(self, trees: Sequence[DraftTree], evidence: Sequence[int] | None = None) -> None:
-        """Remember each source's tree for this position, to check it against the coming tokens.
-
-        `evidence`: per tree, what its source says of the draft's strength (prompt lookup: the
-        length of the suffix it matched); rates are learned apart for each value.
-        """
-        for tree, seen in zip(trees, [0] * len(trees) if evidence is None else evidence):
-            if len(tree):
-                self.pending.append(Pending(tree, self.keys(tree, seen)))
-
-    def watch(self, probe: DraftTree | None, expected: float) -> None:
-        """Check a probe, `Choice.probe`, against the coming tokens like a proposed tree, fed or
-        not: what it matches against the `expected` draft tokens moves `trust` (None: nothing)."""
-        if probe is not None:
-            self.pending.append(Pending(probe, None, expected=expected))
-
-    def observe(self, tokens: Sequence[int]) -> None:
-        """The next tokens of the text are known: every pending tree learns how far it was right."""
-        still, won = [], 0
-        for item in self.pending:
-            alive, item_won = self._follow(item, tokens)
-            won += item_won
-            if alive:
-                still.append(item)
-            elif item.keys is None:
-                self.probes.expected += item.expected
-                self.probes.matched += item.matched
-        self.pending = still
-        self.window_value = 0.9 * self.window_value + 0.1 * won
-
-    def _follow(self, item: Pending, tokens: Sequence[int]) -> tuple[bool, int]:
-        """Walk `item` down `tokens`, counting every reached node's rate (a probe's: none).
-
-        Returns:
-            (whether it can still match the tokens after these, the window source's nodes right).
-        """
-        won = 0
-        for token in tokens:
-            children = item.tree.children.get(item.node, [])
-            for child in children if item.keys is not None else ():  # every child was reached; one was right
-                right = int(item.tree.tokens[child]) == int(token)
-                self._count(item.keys[child], right)
-                won += right and item.keys[child][0] == self.settings.window_source
-            item.node = next((c for c in children if int(item.tree.tokens[c]) == int(token)), None)
-            item.matched += item.node is not None
-            if item.node is None or not item.tree.children.get(item.node):
-                return False, won
-        return True, won
-
-    @property
-    def trust(self) -> float:
-        """Draft tokens matched per draft token expected, over every watched probe (0.2..1.5).
-
-        Rates averaged over contexts, and nodes chosen because their estimates are high, overrate
-        what is chosen; the choice's expected value is scaled by what the probes found."""
-        return min(1.5, max(0.2, self.probes.matched / self.probes.expected))
-
-    def _count(self, key: Key, accepted: bool) -> None:
-        rate = self.rates.setdefault(key, Rate(*self.settings.prior))
-        rate.accepted += float(accepted)
-        rate.reached += 1.0
 
     # --- cost ---------------------------------------------------------------------------------
 
@@ -353,7 +216,8 @@ class DraftPolicy:
         (no window, b >= 1; 0: none), `expected[b]` being the b most valuable nodes' summed value
         and `times[q - 1]` a step of q tokens' (`step_times`).
         The rate is the pass's: (the other rows' tokens + this row's) / t(the widest of the pass)."""
-        gain = [self.trust * e for e in expected]
+        trust = self.trust
+        gain = [trust * e for e in expected]
         best, probe = (-1.0, 0, False), (-1.0, 0)
         for window in ([False, True] if window_cells is not None else [False]):
             base = 1 + (window_cells if window else 0)

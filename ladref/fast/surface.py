@@ -26,7 +26,8 @@ import torch
 from ..config import check_int
 from ..kernels import sdpa_backends
 from ..runner import ModelRunner, check_model
-from .cost import DEFAULT_KV_LENGTHS, CostCache, CostModel, check_axis
+from .cost import DEFAULT_KV_LENGTHS, CostModel, check_axis
+from .cost_cache import CostCache
 from .timing import Progress, describe, measure_batch_steps, processor
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)

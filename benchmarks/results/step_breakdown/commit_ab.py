@@ -10,7 +10,7 @@ import torch
 torch.set_num_threads(2)
 from ladref import load_default_model, CompiledAdaptiveDecoder
 from ladref.bench.datasets import encode_prompts, load_prompts
-from ladref.fast.static import compile_own
+from ladref.fast.compiling import compile_own
 from ladref.results import DecodeStats
 from ladref.runner import gather_static_slots, set_static_length
 

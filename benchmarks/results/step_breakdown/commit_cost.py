@@ -10,7 +10,8 @@ import time
 import torch
 
 from ladref import load_default_model
-from ladref.fast.static import StaticRunner, compile_own
+from ladref.fast.compiling import compile_own
+from ladref.fast.static import StaticRunner
 from ladref.results import DecodeStats
 from ladref.runner import gather_static_slots, set_static_length
 
