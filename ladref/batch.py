@@ -97,6 +97,8 @@ class RowRunner(Runner):
 
     def commit(self, past_len: int, accepted: torch.Tensor) -> None:
         """As `ModelRunner.commit`, within this row: keep `past_len` slots plus the last step's `accepted`."""
+        if self.length == past_len + 1 and accepted.tolist() == [0]:  # a one-token step kept whole: nothing moves
+            return
         rows, sources, targets, lengths = ragged_commit_plan([past_len], past_len, [self.length - past_len], [accepted.cpu()])
         move_entries(self.batch.cache, rows + self.batch.slot(self), sources, targets)
         self.length = int(lengths[0])
