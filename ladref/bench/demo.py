@@ -24,7 +24,8 @@ import torch
 
 from ..config import LookaheadConfig
 from ..fast.adaptive import AdaptiveDecoder
-from ..fast.cost import CostCache, CostModel
+from ..fast.cost import CostModel
+from ..fast.cost_cache import CostCache
 from ..fast.policy import DraftPolicy
 from ..greedy import greedy_decode
 from ..models import chat_ids, load_default_model

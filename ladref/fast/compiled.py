@@ -40,11 +40,11 @@ from ..sources.lookahead import LookaheadProposer
 from ..step import run_drafting
 from ..types import TokenIds
 from .adaptive import AdaptiveDecoder
+from .compiling import MODES as RUNNER_MODES
+from .compiling import check_mode, check_widths
 from .cost_cache import CostCache
 from .package_record import weights_digest
 from .precompiled import COST_FILE, check_compile_dir
-from .compiling import MODES as RUNNER_MODES
-from .compiling import check_mode, check_widths
 from .static import DEFAULT_WIDTHS, StaticRunner
 
 MODES = ("auto", *RUNNER_MODES)
