@@ -97,7 +97,9 @@ class RowRunner(Runner):
 
     def commit(self, past_len: int, accepted: torch.Tensor) -> None:
         """As `ModelRunner.commit`, within this row: keep `past_len` slots plus the last step's `accepted`."""
-        if self.length == past_len + 1 and accepted.tolist() == [0]:  # a one-token step kept whole: nothing moves
+        kept = accepted.tolist()
+        if kept == list(range(len(kept))) and len(kept) <= self.length - past_len:  # the step's first k, in place
+            self.length = past_len + len(kept)
             return
         rows, sources, targets, lengths = ragged_commit_plan([past_len], past_len, [self.length - past_len], [accepted.cpu()])
         move_entries(self.batch.cache, rows + self.batch.slot(self), sources, targets)

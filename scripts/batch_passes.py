@@ -15,6 +15,7 @@ prints the seconds spent in ``torch.cat`` (the KV cache's appends), profile over
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import time
@@ -64,11 +65,8 @@ def main() -> None:
                 passes.clear()
                 profile = cProfile.Profile() if args.cat else None
                 began = time.perf_counter()
-                if profile is not None:
-                    profile.enable()
-                result = methods[name]()
-                if profile is not None:
-                    profile.disable()
+                with profile if profile is not None else contextlib.nullcontext():
+                    result = methods[name]()
                 wall = time.perf_counter() - began
                 tokens, steps = sum(len(r.token_ids) for r in result), sum(r.stats.steps for r in result)
                 line = (f"{name:9s} {wall:6.2f} s: first pass {passes[0]:5.2f} s, {len(passes) - 1} later passes "

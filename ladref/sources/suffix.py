@@ -162,14 +162,14 @@ class SuffixProposer(DraftSource):
     def propose(self, context: Sequence[int]) -> DraftTree:
         """The higher-scoring of the request's draft and the memory's (the request's on a tie), or
         with ``merge_matches`` the one tree of every match in both."""
-        lock = nullcontext() if self.memory is None else self.memory.lock
         if self.merge_matches:
-            with lock:
+            with nullcontext() if self.memory is None else self.memory.lock:
                 best = self.merged([self.trie] + ([] if self.memory is None else [self.memory.trie]), context)
         else:
             drafts = [self.draft(self.trie, context)]
-            with lock:
-                drafts += [] if self.memory is None else [self.draft(self.memory.trie, context)]
+            if self.memory is not None:
+                with self.memory.lock:
+                    drafts.append(self.draft(self.memory.trie, context))
             best = max(drafts, key=lambda d: d.score)
         self.evidence = best.match if best.tokens else 0
         if not best.tokens:
