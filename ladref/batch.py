@@ -183,7 +183,7 @@ class BatchRunner:
                 picked = self._apart(requests)
             else:
                 ids, positions, mask = padded_batch(requests, lengths, past, self.facts.dtype)
-                logits = batch_forward(self.model, self.cache, ids.to(device), positions.to(device), mask.to(device))  # (B, Q, V)
+                logits = batch_forward(self.model, self.facts, self.cache, ids.to(device), positions.to(device), mask.to(device))  # (B, Q, V)
                 picked = [logits[b][request.keep.to(device)] for b, request in enumerate(requests)]
         self.passes += 1
         widths = [request.input_ids.shape[0] for request in requests]
@@ -201,9 +201,8 @@ class BatchRunner:
         for request in requests:
             caches.append(DynamicCache(config=self.model.config))
             ids, positions, mask = padded_batch([request], [0], 0, self.facts.dtype)
-            keep = request.keep if self.facts.keeps_logits else None
-            out = batch_forward(self.model, caches[-1], ids.to(device), positions.to(device), mask.to(device), keep)[0]
-            logits.append(out if keep is not None else out[request.keep.to(device)])
+            logits.append(batch_forward(self.model, self.facts, caches[-1], ids.to(device), positions.to(device), mask.to(device),
+                                        request.keep)[0])
         stack_caches(self.cache, caches)
         return logits
 

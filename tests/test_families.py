@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from families import REFUSED, SUPPORTED, build_family, family_model
 from strategies import hf_greedy
+from transformers import DynamicCache
 
 from ladref import LookaheadConfig, greedy_decode, lookahead_decode
+from ladref.runner import PLAIN_HEADS, ModelFacts, cache_arg, forward_logits
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 1, 2]
 CONFIG = LookaheadConfig(window_size=3, ngram_size=3, max_candidates=4)
@@ -64,3 +68,26 @@ def test_non_float_weights_are_refused():
     model.get_input_embeddings().weight = torch.nn.Parameter(weight.detach().to(torch.int8), requires_grad=False)
     with pytest.raises(ValueError, match="has torch.int8 weights"):
         lookahead_decode(model, PROMPT, 4, config=CONFIG)
+
+
+@pytest.mark.parametrize("family", SUPPORTED)
+def test_a_pass_of_several_rows_computes_the_head_as_the_model_does(family):
+    model = build_family(family, 16, 0)
+    facts = ModelFacts.of(model)
+    assert facts.own_head and family in PLAIN_HEADS  # every family of the matrix: W @ h^T on a CPU
+
+    def logits(facts, batch, keep):
+        cache, ids = DynamicCache(config=model.config), torch.tensor([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]])[:batch]
+        inputs = {"input_ids": ids, "position_ids": torch.arange(7).expand(batch, 7), "use_cache": True, cache_arg(model): cache}
+        return forward_logits(model, facts, inputs, keep)
+
+    plain = dataclasses.replace(facts, own_head=False)  # the model's own head, as generate() computes it
+    for batch, keep in [(1, torch.tensor([0, 3, 6])), (2, None), (2, torch.tensor([6]))]:
+        own, theirs = logits(facts, batch, keep), logits(plain, batch, keep)
+        assert own.shape == theirs.shape == (batch, 7 if keep is None else len(keep), 16)
+        torch.testing.assert_close(own, theirs, rtol=0, atol=1e-12)
+
+
+def test_a_head_with_anything_after_it_stays_the_models():
+    assert not ModelFacts.of(build_family("gemma2", 16, 0)).own_head  # soft-capped logits
+    assert not ModelFacts.of(build_family("llama", 16, 0).to("meta")).own_head  # not a CPU model

@@ -146,4 +146,4 @@ def _batch_pass(model: torch.nn.Module, facts: ModelFacts, cache: DynamicCache, 
     allowed = torch.ones(q, length + q, dtype=torch.bool, device=facts.device).tril_(length)  # (q, length + q)
     mask = torch.zeros(allowed.shape, dtype=facts.dtype, device=facts.device).masked_fill_(~allowed, torch.finfo(facts.dtype).min)
     mask = mask.expand(batch, 1, q, length + q)
-    return _clocked(facts.device, lambda: batch_forward(model, cache, ids, positions, mask))
+    return _clocked(facts.device, lambda: batch_forward(model, facts, cache, ids, positions, mask))
