@@ -68,7 +68,8 @@ class ModelFacts:
         keeps_logits: whether its forward takes ``logits_to_keep`` (then a pass computes only the
             logits it is asked for: a prompt's prefill skips the (L, V) head).
         own_head: whether a pass of several rows computes the output head itself (`forward_logits`):
-            a CPU model of a `PLAIN_HEADS` type that takes ``logits_to_keep``, its head a linear layer.
+            a float32 / float64 CPU model of a `PLAIN_HEADS` type that takes ``logits_to_keep``, its head
+            a linear layer (where it was measured faster).
     """
 
     vocab_size: int
@@ -90,8 +91,8 @@ class ModelFacts:
         config = model.config
         context = getattr(config.get_text_config(), "max_position_embeddings", None)
         keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
-        own_head = (keeps and param.device.type == "cpu" and getattr(config, "model_type", None) in PLAIN_HEADS
-                    and isinstance(model.get_output_embeddings(), torch.nn.Linear))
+        own_head = (keeps and param.device.type == "cpu" and param.dtype in (torch.float32, torch.float64)
+                    and getattr(config, "model_type", None) in PLAIN_HEADS and isinstance(model.get_output_embeddings(), torch.nn.Linear))
         return cls(model.get_input_embeddings().num_embeddings, param.device, param.dtype, context,
                    getattr(config, "_attn_implementation", None), keeps, own_head)
 
@@ -331,9 +332,9 @@ def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[st
     A pass keeping several rows (B x k >= 2) of a model with ``facts.own_head`` asks the model for
     its last hidden state and no logits, and computes the head itself, as W @ h^T: CPU BLAS takes
     ``h @ W^T`` with few rows as one matrix-vector product per row, each reading the whole head
-    (SmolLM2-135M's 49152 x 576 on 2 threads, measured: 19 ms for 4 rows as ``F.linear``, 5 ms as
-    W @ h^T; 23 against 13 ms for 16). A pass of one row, a greedy step's, computes its logits as
-    ``generate()`` does.
+    (SmolLM2-135M's 49152 x 576 on 2 threads: 18 ms for 4 rows as ``F.linear``, 5 ms as W @ h^T;
+    20 against 14 ms for 16; ``benchmarks/results/step_breakdown/head_gemm.log``). A pass of one
+    row, a greedy step's, computes its logits as ``generate()`` does.
 
     Args:
         inputs: the model's keyword arguments (input_ids (B, Q), position_ids, mask, cache).

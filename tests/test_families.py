@@ -91,3 +91,4 @@ def test_a_pass_of_several_rows_computes_the_head_as_the_model_does(family):
 def test_a_head_with_anything_after_it_stays_the_models():
     assert not ModelFacts.of(build_family("gemma2", 16, 0)).own_head  # soft-capped logits
     assert not ModelFacts.of(build_family("llama", 16, 0).to("meta")).own_head  # not a CPU model
+    assert not ModelFacts.of(build_family("llama", 16, 0).to(torch.bfloat16)).own_head  # not measured there
