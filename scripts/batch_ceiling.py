@@ -30,9 +30,10 @@ def forward_ms(model: torch.nn.Module, rows: int, past: int, facts: ModelFacts |
 
     cache = DynamicCache(config=model.config)
     model(input_ids=torch.randint(0, 1000, (rows, past)), past_key_values=cache, use_cache=True)
+    name = cache_arg(model)  # read once, outside the timing
     start = time.perf_counter()
     for _ in range(reps):
-        inputs = {"input_ids": torch.randint(0, 1000, (rows, 1)), cache_arg(model): cache, "use_cache": True}
+        inputs = {"input_ids": torch.randint(0, 1000, (rows, 1)), name: cache, "use_cache": True}
         model(**inputs) if facts is None else forward_logits(model, facts, inputs, None)
     return 1e3 * (time.perf_counter() - start) / reps
 
