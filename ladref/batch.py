@@ -19,15 +19,22 @@ leave the work. The first pass, the rows' prompts, runs each row alone and stack
 (prompts differ most in length: padded to the longest, short prompts would pay for the long one). (vLLM keeps a per-request slot mapping into paged blocks and TensorRT-LLM packs
 ragged sequences: both avoid the padding that this layout pays for the clarity of one tensor.)
 
+Each row's thread runs its own torch work on one thread (`row_threads`). Row threads whose ops
+ran on OpenMP teams of their own left the process with more OpenMP threads than cores, and GNU
+OpenMP then stops spinning between parallel regions for every team, the passes' too: on a 2-core
+CPU a pass of 2 greedy rows took 106 ms beside such threads, 56 ms without them
+(benchmarks/results/load/row_threads.log).
+
 Exactness: each row's tokens, positions and mask are those of its batch-1 step, so its output
 is its batch-1 output, up to the rounding of other GEMM shapes (exact in float64).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,25 +297,44 @@ def decode_rows(model: torch.nn.Module, input_ids: TokenIds, max_new_tokens: int
     budgets, settings = per_row("max_new_tokens", max_new_tokens, len(prompts)), row_options(options, len(prompts))
     batch = BatchRunner(model, check_model(model), len(prompts), options.get("attention_backend", "auto"))
     results: list[DecodeResult | None] = [None] * len(prompts)
+    threads = torch.get_num_threads()  # the passes' (this thread's), read here first: see `row_threads`
 
     def run(b: int) -> None:
         error = None
         try:
-            with torch.inference_mode():  # thread-local: each row's thread enters it
+            with torch.inference_mode(), row_threads(threads):  # thread-local: each row's thread enters them
                 results[b] = one(batch.rows[b], prompts[b], budgets[b], settings[b])
         except BaseException as err:  # noqa: BLE001 (handed to the caller's thread below)
             error = err
         batch.leave(batch.rows[b], error)
 
-    threads = [threading.Thread(target=run, args=(b,), name=f"ladref-row-{b}") for b in range(len(prompts))]
-    for thread in threads:
-        thread.start()
+    rows = [threading.Thread(target=run, args=(b,), name=f"ladref-row-{b}") for b in range(len(prompts))]
+    for row in rows:
+        row.start()
     batch.serve()  # every pass, in this thread
-    for thread in threads:
-        thread.join()
+    for row in rows:
+        row.join()
     if batch.error is not None:
         raise batch.error
     return BatchResult(results, batch.passes)
+
+
+@contextlib.contextmanager
+def row_threads(restore: int) -> Iterator[None]:
+    """Within a row's thread: its torch ops on one thread; on leaving, torch's count back to `restore`.
+
+    torch has no per-thread setting: ``torch.set_num_threads`` sets the calling thread's OpenMP
+    thread count and the default of threads that start their first parallel op later, so the
+    caller's count (`restore`, read in the passes' thread before any row starts) is set back. The
+    thread's own count is set up first (``get_num_threads``), so that a row leaving meanwhile cannot
+    hand it the caller's.
+    """
+    torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(restore)
 
 
 def copy_for_row(proposers: Sequence[Any], runner: Runner | None) -> list[Any]:

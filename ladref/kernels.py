@@ -1,11 +1,17 @@
-"""Which SDPA attention kernels a forward pass may use: a scoped choice, never a global setting.
+"""Which kernels a forward pass uses for attention and for small linear layers: scoped choices, never globals.
 
 A lookahead step has a new (q, past + q) shape at every step. On CUDA, torch's default SDPA
 dispatch picks cuDNN attention for a float mask, and cuDNN builds an execution plan for every new
 shape (measured on an H200: 87-123 ms for a forward with a new shape, 32 ms for a repeated one),
 so a decoder whose shapes never repeat never gets warm. ladref's runners therefore run every
 forward inside ``torch.nn.attention.sdpa_kernel(...)`` with a choice that plans nothing per
-shape (docs/attention_kernels.md). This module only uses torch.
+shape (docs/attention_kernels.md).
+
+On a CPU, torch's BLAS computes ``F.linear(x, W)`` = x @ W^T over a few rows badly: 2 or 3 rows
+as one matrix-vector product per row, each reading all of W, and 4 to 16 rows at about a third of
+the memory bandwidth, while the same product taken as W @ x^T reads W once at full speed
+(benchmarks/results/step_breakdown/head_gemm.log). A pass of `SMALL_ROWS` rows therefore runs
+inside `linear_scope`, which computes every linear layer that way. This module only uses torch.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
 
 ATTENTION_BACKENDS = ("auto", "torch", "efficient", "math", "flash", "cudnn")
 KERNELS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH,
@@ -21,6 +29,9 @@ KERNELS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH,
 # SDPA kernels that take an arbitrary float mask and plan nothing per shape, by device type, best first
 AUTO_KERNELS = {"cuda": ("efficient", "math"), "cpu": ("flash", "math")}
 MASKED_KERNELS = {"cuda": ("efficient", "cudnn", "math"), "cpu": ("flash", "math")}
+# the rows (B x q) of a CPU pass whose linear layers run as W @ x^T (`linear_scope`); measured faster there,
+# net of the scope's own cost (benchmarks/results/step_breakdown/linears_ab.log)
+SMALL_ROWS = range(2, 6)
 
 
 def check_attention_backend(choice: object) -> None:
@@ -66,3 +77,38 @@ def sdpa_backends(choice: str, device: torch.device, attn_implementation: str | 
 def attention_scope(kernels: tuple[SDPBackend, ...] | None) -> contextlib.AbstractContextManager:
     """``sdpa_kernel(kernels)`` as a context manager, or a no-op for None (eager attention, "torch")."""
     return sdpa_kernel(list(kernels)) if kernels else contextlib.nullcontext()
+
+
+class SmallRowLinears(TorchFunctionMode):
+    """Inside it, ``F.linear`` over `SMALL_ROWS` rows is computed as W @ x^T (`small_row_linear`).
+
+    Every torch call made inside passes through ``__torch_function__``, which costs a few
+    microseconds of Python each (a SmolLM2-135M pass makes a few thousand: about 7 ms on this
+    CPU), so a pass enters the scope only where its linear layers gain more than that.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = {} if kwargs is None else kwargs
+        return small_row_linear(*args, **kwargs) if func is F.linear else func(*args, **kwargs)
+
+
+def small_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``, for x of `SMALL_ROWS` rows computed as (W @ x^T)^T, contiguous.
+
+    Args:
+        x: (..., K) inputs, R rows in all; weight: (N, K) W; bias: (N,) or None.
+
+    Returns:
+        (..., N): equal to ``F.linear`` up to the rounding of another summation order.
+    """
+    rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+    if weight.dim() != 2 or rows not in SMALL_ROWS:
+        return F.linear(x, weight, bias)
+    out = (weight @ x.reshape(rows, -1).T).T.contiguous()  # (R, N); left transposed, the layers after it run slower
+    out = out.reshape(*x.shape[:-1], weight.shape[0])
+    return out if bias is None else out + bias
+
+
+def linear_scope(rows: int, enabled: bool) -> contextlib.AbstractContextManager:
+    """`SmallRowLinears` for a pass of `rows` rows (B x q) in `SMALL_ROWS` where `enabled`, else a no-op."""
+    return SmallRowLinears() if enabled and rows in SMALL_ROWS else contextlib.nullcontext()

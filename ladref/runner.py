@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, DynamicLayer, StaticCache
 
-from .kernels import attention_scope, sdpa_backends
+from .kernels import SMALL_ROWS, attention_scope, linear_scope, sdpa_backends
 from .masks import to_additive
 from .results import DecodeStats
 
@@ -70,6 +70,8 @@ class ModelFacts:
         own_head: whether a pass of several rows computes the output head itself (`forward_logits`):
             a float32 / float64 CPU model of a `PLAIN_HEADS` type that takes ``logits_to_keep``, its head
             a linear layer (where it was measured faster).
+        small_linears: whether a pass of a few rows computes its linear layers as W @ x^T
+            (`ladref.kernels.linear_scope`): a float32 / float64 CPU model (where it was measured faster).
     """
 
     vocab_size: int
@@ -79,6 +81,7 @@ class ModelFacts:
     attention: str | None
     keeps_logits: bool = False
     own_head: bool = False
+    small_linears: bool = False
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> "ModelFacts":
@@ -91,10 +94,11 @@ class ModelFacts:
         config = model.config
         context = getattr(config.get_text_config(), "max_position_embeddings", None)
         keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
-        own_head = (keeps and param.device.type == "cpu" and param.dtype in (torch.float32, torch.float64)
-                    and getattr(config, "model_type", None) in PLAIN_HEADS and isinstance(model.get_output_embeddings(), torch.nn.Linear))
+        small = param.device.type == "cpu" and param.dtype in (torch.float32, torch.float64)
+        own_head = (keeps and small and getattr(config, "model_type", None) in PLAIN_HEADS
+                    and isinstance(model.get_output_embeddings(), torch.nn.Linear))
         return cls(model.get_input_embeddings().num_embeddings, param.device, param.dtype, context,
-                   getattr(config, "_attn_implementation", None), keeps, own_head)
+                   getattr(config, "_attn_implementation", None), keeps, own_head, small)
 
 
 def check_model(model: object) -> ModelFacts:
@@ -219,8 +223,10 @@ class ModelRunner(Runner):
         return self.cache.get_seq_length()
 
     def details(self) -> list[str]:
-        """The kernels, and how a pass of several rows computes its head (`forward_logits`): its step times depend on it."""
-        return super().details() + (["head=W@h^T"] if self.facts.own_head else [])
+        """The kernels, and how a pass of several rows computes its head and linear layers (`forward_logits`): its
+        step times depend on them."""
+        return super().details() + (["head=W@h^T"] if self.facts.own_head else []) + (
+            [f"linears=W@x^T({SMALL_ROWS.start}-{SMALL_ROWS.stop - 1})"] if self.facts.small_linears else [])
 
     def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
         """Cache the prompt's K/V except its last token, which becomes the first step's input.
@@ -327,7 +333,8 @@ def batch_forward(model: torch.nn.Module, facts: ModelFacts, cache: DynamicCache
 
 def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[str, object], keep: torch.Tensor | None) -> torch.Tensor:
     """One forward pass: the (B, k, V) logits at the step positions `keep` (None: all Q), in float32
-    (float64 if the model is float64).
+    (float64 if the model is float64). A pass of a few rows (B x Q in `ladref.kernels.SMALL_ROWS`) of
+    a model with ``facts.small_linears`` computes its linear layers as W @ x^T (`linear_scope`).
 
     A pass keeping several rows (B x k >= 2) of a model with ``facts.own_head`` asks the model for
     its last hidden state and no logits, and computes the head itself, as W @ h^T: CPU BLAS takes
@@ -341,6 +348,14 @@ def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[st
         keep: (k,) step positions, every row; passed to the model as ``logits_to_keep`` when it takes it.
     """
     batch, q = inputs["input_ids"].shape
+    with linear_scope(batch * q, facts.small_linears):
+        logits = _logits(model, facts, inputs, keep)
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[str, object], keep: torch.Tensor | None) -> torch.Tensor:
+    """`forward_logits`' pass, its logits in the model's dtype: the head W @ h^T, or the model's own."""
+    batch, q = inputs["input_ids"].shape
     rows = batch * (q if keep is None else keep.shape[0])
     if facts.own_head and 2 <= rows <= HEAD_ROWS:
         none = torch.zeros(0, dtype=torch.long, device=inputs["input_ids"].device)
@@ -353,7 +368,7 @@ def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[st
         kept = {"logits_to_keep": keep} if keep is not None and facts.keeps_logits else {}
         logits = model(**inputs, **kept).logits
         logits = logits if keep is None or facts.keeps_logits else logits[:, keep]
-    return logits if logits.dtype == torch.float64 else logits.float()
+    return logits
 
 
 def move_entries(cache: DynamicCache, rows: int | torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:

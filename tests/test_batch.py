@@ -81,6 +81,34 @@ def test_finished_rows_leave_the_forward_passes():
     assert widths == [1, 1, 1, 3, 2, 1, 1] and result.passes == 5
 
 
+class ThreadsSeen(PromptLookupProposer):
+    """Prompt lookup that notes the torch thread count of the thread proposing (a row's)."""
+
+    seen: list[int] = []
+
+    def propose(self, context):
+        self.seen.append(torch.get_num_threads())
+        return super().propose(context)
+
+
+def test_rows_run_their_torch_work_on_one_thread_and_the_callers_count_comes_back():
+    import threading
+
+    model, before = tiny_model("llama", 16, 0), torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ThreadsSeen.seen.clear()
+        result = draft_decode(model, [[1, 2, 1, 2], [3, 4, 3]], 6, proposers=[ThreadsSeen(2)])
+        later = []  # a thread's first count: torch's default, which a row sets while it runs
+        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert len(result) == 2 and ThreadsSeen.seen and set(ThreadsSeen.seen) == {1}
+        assert torch.get_num_threads() == 2 and later == [2]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_sampling_a_batch_keeps_each_rows_distribution():
     model, k, draws = peaky_model(), 2, 300
     other = [3, 1, 3, 6, 3, 1]

@@ -71,20 +71,21 @@ def test_non_float_weights_are_refused():
 
 
 @pytest.mark.parametrize("family", SUPPORTED)
-def test_a_pass_of_several_rows_computes_the_head_as_the_model_does(family):
+def test_a_pass_of_several_rows_computes_the_head_and_linears_as_the_model_does(family):
     model = build_family(family, 16, 0)
     facts = ModelFacts.of(model)
-    assert facts.own_head and family in PLAIN_HEADS  # every family of the matrix: W @ h^T on a CPU
+    assert facts.own_head and facts.small_linears and family in PLAIN_HEADS  # every family of the matrix, on a CPU
 
-    def logits(facts, batch, keep):
-        cache, ids = DynamicCache(config=model.config), torch.tensor([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]])[:batch]
-        inputs = {"input_ids": ids, "position_ids": torch.arange(7).expand(batch, 7), "use_cache": True, cache_arg(model): cache}
+    def logits(facts, batch, q, keep):
+        ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]])[:batch, :q]
+        inputs = {"input_ids": ids, "position_ids": torch.arange(q).expand(batch, q), "use_cache": True,
+                  cache_arg(model): DynamicCache(config=model.config)}
         return forward_logits(model, facts, inputs, keep)
 
-    plain = dataclasses.replace(facts, own_head=False)  # the model's own head, as generate() computes it
-    for batch, keep in [(1, torch.tensor([0, 3, 6])), (2, None), (2, torch.tensor([6]))]:
-        own, theirs = logits(facts, batch, keep), logits(plain, batch, keep)
-        assert own.shape == theirs.shape == (batch, 7 if keep is None else len(keep), 16)
+    plain = dataclasses.replace(facts, own_head=False, small_linears=False)  # as generate() computes them
+    for batch, q, keep in [(1, 7, torch.tensor([0, 3, 6])), (2, 3, None), (2, 7, torch.tensor([6])), (1, 1, None)]:
+        own, theirs = logits(facts, batch, q, keep), logits(plain, batch, q, keep)
+        assert own.shape == theirs.shape == (batch, q if keep is None else len(keep), 16)
         torch.testing.assert_close(own, theirs, rtol=0, atol=1e-12)
 
 
@@ -92,3 +93,5 @@ def test_a_head_with_anything_after_it_stays_the_models():
     assert not ModelFacts.of(build_family("gemma2", 16, 0)).own_head  # soft-capped logits
     assert not ModelFacts.of(build_family("llama", 16, 0).to("meta")).own_head  # not a CPU model
     assert not ModelFacts.of(build_family("llama", 16, 0).to(torch.bfloat16)).own_head  # not measured there
+    for model in (build_family("llama", 16, 0).to("meta"), build_family("llama", 16, 0).to(torch.bfloat16)):
+        assert not ModelFacts.of(model).small_linears  # the linear layers too: F.linear as the model calls it

@@ -39,7 +39,7 @@ from ..config import check_int
 from ..runner import ModelRunner, Runner
 from .timing import Progress, describe, measure_steps
 
-CPU_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+CPU_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
 GPU_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256)
 DEFAULT_KV_LENGTHS = (128, 512, 1024)
 FORMAT = "ladref.cost/1"

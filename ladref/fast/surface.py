@@ -31,7 +31,7 @@ from .cost_cache import CostCache
 from .timing import Progress, describe, measure_batch_steps, processor
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
-BATCH_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+BATCH_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32)
 """Default widths of a measured surface: up to a lookahead step (1 + (N-1)(W+G) = 25 at 4/4/4); a batch of
 16 rows of 32 tokens (512 a pass) is far past a CPU's ridge."""
 FORMAT = "ladref.cost-surface/1"

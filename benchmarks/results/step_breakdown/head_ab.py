@@ -5,7 +5,7 @@ A measurement script: the old way is chosen by emptying `ladref.runner.PLAIN_HEA
 (read whenever a runner reads its model's facts); the library itself has no switch. Step widths
 are timed through `ModelRunner` turn by turn; the decoders run over 12 Spec-Bench prompts (2 per
 task, 32 new tokens), each with its own cost curve (a `CostCache` keys curves by the runner, whose
-details name the head). Its log: head_ab.log.
+details name the head). Its log: head_ab.log. `linears_ab.py` runs the same turns for another change.
 """
 import statistics
 import time
@@ -21,8 +21,7 @@ from ladref.fast.cost_cache import CostCache
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 
-PLAIN = runner_module.PLAIN_HEADS
-VARIANTS = {"new": PLAIN, "old": frozenset()}
+VARIANTS = {"new": runner_module.PLAIN_HEADS, "old": frozenset()}
 model, tok = load_default_model()
 
 
@@ -30,9 +29,10 @@ def use(variant: str) -> None:
     runner_module.PLAIN_HEADS = VARIANTS[variant]
 
 
-def widths_ab(kv: int = 512, widths=(1, 2, 3, 4, 6, 8, 16, 32, 64), rounds: int = 8) -> None:
+def widths_ab(use, kv: int = 512, widths=(1, 2, 3, 4, 6, 8, 16, 32, 64), rounds: int = 8) -> None:
+    """Steps of q tokens through `ModelRunner`, each variant (`use(name)` turns it on) in turn."""
     runners = {}
-    for variant in VARIANTS:
+    for variant in ("new", "old"):
         use(variant)
         runners[variant] = ModelRunner(model)
         runners[variant].prefill(torch.arange(kv + 1) % 1000 + 5, DecodeStats())
@@ -53,10 +53,12 @@ def widths_ab(kv: int = 512, widths=(1, 2, 3, 4, 6, 8, 16, 32, 64), rounds: int 
         print(f"  q={q:3d}  old {old:6.1f}  new {new:6.1f}  new/old {new / old:.2f}")
 
 
-def decoders_ab(rounds: int = 4) -> None:
+def decoders_ab(use, rounds: int = 4, batches=(8,)) -> None:
+    """Greedy, prompt lookup and adaptive over 12 Spec-Bench prompts, then batched greedy over the first
+    `batches` of them, each variant in turn."""
     ids = [p[0] for p in encode_prompts(tok, load_prompts("specbench", 2))]
     cache, outs = CostCache(), {}
-    for variant in VARIANTS:  # each variant's cost curve, measured once, outside the timings
+    for variant in ("new", "old"):  # each variant's cost curve, measured once, outside the timings
         use(variant)
         adaptive_decode(model, ids[0], 2, cache=cache)
     calls = {
@@ -75,16 +77,19 @@ def decoders_ab(rounds: int = 4) -> None:
                 outs.setdefault(name, [x.token_ids for x in results])
                 print(f"round {rnd} {variant} {name:13s} {seconds:6.1f} s  {tokens / seconds:5.2f} tok/s  S {tokens / steps:.2f}  "
                       f"same tokens as the first run: {[x.token_ids for x in results] == outs[name]}", flush=True)
-        batch = ids[:8]
-        for variant in (("old", "new") if rnd % 2 == 0 else ("new", "old")):
-            use(variant)
-            start = time.perf_counter()
-            result = greedy_decode(model, batch, 32)
-            seconds = time.perf_counter() - start
-            tokens = sum(len(t) for t in result.token_ids)
-            print(f"round {rnd} {variant} greedy B=8     {seconds:6.1f} s  {tokens / seconds:5.2f} tok/s", flush=True)
+        for size in batches:
+            for variant in (("old", "new") if rnd % 2 == 0 else ("new", "old")):
+                use(variant)
+                start = time.perf_counter()
+                result = greedy_decode(model, ids[:size], 32)
+                seconds = time.perf_counter() - start
+                tokens = sum(len(t) for t in result.token_ids)
+                same = result.token_ids == outs["greedy"][:size]
+                print(f"round {rnd} {variant} greedy B={size}     {seconds:6.1f} s  {tokens / seconds:5.2f} tok/s  "
+                      f"rows equal to batch-1 greedy: {same}", flush=True)
     use("new")
 
 
-widths_ab()
-decoders_ab()
+if __name__ == "__main__":
+    widths_ab(use)
+    decoders_ab(use)
