@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from strategies import tiny_model
 from torch.overrides import _get_current_function_mode_stack
 
-from ladref import greedy_decode, lookahead_decode
+from ladref import greedy_decode, jacobi_decode
 from ladref.kernels import SMALL_ROWS, SmallRowLinears, linear_scope, small_row_linear
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
@@ -61,6 +61,6 @@ def test_decoding_in_the_scope_stays_greedy():
     model = tiny_model("llama", 64, 1)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     greedy = greedy_decode(model, prompt, 24).token_ids
-    assert lookahead_decode(model, prompt, 24).token_ids == greedy  # steps of 2-8 rows run in the scope
+    assert jacobi_decode(model, prompt, 24, block_size=3).token_ids == greedy  # its steps of 4 rows run in the scope
     assert greedy_decode(model, [prompt, prompt[:5]], 24).rows[0].token_ids == greedy  # a batch of two rows, too
 
