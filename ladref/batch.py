@@ -15,9 +15,11 @@ slots, and its attention mask hides every slot past them. A step appends Q slots
 its accepted ones kept by its own `commit`, as a single prompt's are: both moves are planned by
 `ragged_commit_plan` (the pass keeps every row's whole step). Slots no row uses are cut
 before the next pass, and a finished row's cache row is dropped there too: rows that finish
-leave the work. The first pass, the rows' prompts, runs each row alone and stacks their entries
-(prompts differ most in length: padded to the longest, short prompts would pay for the long one). (vLLM keeps a per-request slot mapping into paged blocks and TensorRT-LLM packs
-ragged sequences: both avoid the padding that this layout pays for the clarity of one tensor.)
+leave the work. The first pass, the rows' prompts (a drafting decoder's with its first step:
+`Runner.prefill` with ``defer``), runs each row alone and stacks their entries (prompts differ
+most in length: padded to the longest, short prompts would pay for the long one). (vLLM keeps a
+per-request slot mapping into paged blocks and TensorRT-LLM packs ragged sequences: both avoid
+the padding that this layout pays for the clarity of one tensor.)
 
 Each row's thread runs its own torch work on one thread (`row_threads`). Row threads whose ops
 ran on OpenMP teams of their own left the process with more OpenMP threads than cores, and GNU
@@ -67,11 +69,12 @@ class RowRunner(Runner):
     def __init__(self, batch: BatchRunner, row: int) -> None:
         super().__init__(batch.model, facts=batch.facts)
         self.batch, self.row, self.length = batch, row, 0
+        self.ready = threading.Event()  # set when the pass with this row's request has run (or the batch failed)
         self.own_width, self.tokens = 1, 1.0  # what a decoder that prices the batch's passes notes (`others`)
 
     @property
     def past_len(self) -> int:
-        return self.length
+        return self.length + self.pending_len()
 
     @property
     def rows(self) -> int:
@@ -83,19 +86,21 @@ class RowRunner(Runner):
         rows = [r for r in self.batch.live if r is not self and r not in self.batch.done]
         return sum(r.tokens for r in rows), max((r.own_width for r in rows), default=1)
 
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
-        if prompt.shape[0] > 1:
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
+        self.pending = prompt[:-1].cpu() if prompt.shape[0] > 1 and defer else None
+        if prompt.shape[0] > 1 and not defer:
             self.forward(prompt[:-1], keep=torch.tensor([0]))
         stats.prefill_tokens = prompt.shape[0] - 1
         return int(prompt[-1])
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        stats.prefill_tokens = prompt.shape[0] - 1
+        stats.prefill_tokens, self.pending = prompt.shape[0] - 1, None
         return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
                 keep: torch.Tensor | None = None) -> torch.Tensor:
         """As `ModelRunner.forward`, run in the batch's next pass: (k, V) logits of the rows `keep`."""
+        input_ids, position_ids, allowed, keep = self.with_pending(input_ids, position_ids, allowed, keep)
         q = input_ids.shape[0]
         request = Request(input_ids.cpu(), (self.length + torch.arange(q)) if position_ids is None else position_ids.cpu(),
                           torch.ones(q, q, dtype=torch.bool).tril_() if allowed is None else allowed.cpu(),
@@ -119,7 +124,10 @@ class BatchRunner:
     One thread, the caller's (`serve`), runs every pass, under a lock, once every live row has
     asked for one, while the rows wait: so the cache changes shape (a pass, a finished row
     dropped) only when no row is using it, and every pass runs on the same thread (on a CPU, a
-    pass run by a different thread each time would start its own pool of worker threads).
+    pass run by a different thread each time would start its own pool of worker threads). Each
+    wait wakes only its own thread: the passes' thread when the last row asks (or leaves), each
+    row when its pass has run (a shared condition woke every waiting row at every request: B²
+    wake-ups, under the GIL, a pass).
 
     Args:
         model: the checked model; facts: its `ModelFacts`.
@@ -135,7 +143,7 @@ class BatchRunner:
         self.done: set[RowRunner] = set()  # rows that have finished, still in the cache until the next pass
         self.waiting: dict[RowRunner, Request] = {}
         self.passes, self.left, self.error = 0, 0, None
-        self.turn = threading.Condition()
+        self.turn = threading.Condition()  # the passes' thread waits on it
 
     def slot(self, row: RowRunner) -> int:
         """The row's index in the cache's batch dimension (finished rows are dropped at each pass)."""
@@ -143,14 +151,18 @@ class BatchRunner:
 
     def submit(self, row: RowRunner, request: Request) -> torch.Tensor:
         """Wait for the batch's pass that includes `request`; its logits."""
-        with self.turn:
-            self.waiting[row] = request
-            self.turn.notify_all()
-            while request.logits is None and self.error is None:
-                self.turn.wait()
-            if self.error is not None:
-                raise RuntimeError("another row of the batch failed") from self.error
-            return request.logits
+        row.ready.clear()
+        with self.turn:  # the batch's error is set under the lock, before any row is told of it
+            failed = self.error is not None
+            if not failed:
+                self.waiting[row] = request
+                if self._all_asked():
+                    self.turn.notify()
+        if not failed:
+            row.ready.wait()
+        if self.error is not None:
+            raise RuntimeError("another row of the batch failed") from self.error
+        return request.logits
 
     def leave(self, row: RowRunner, error: BaseException | None) -> None:
         """A row is done (or failed: the whole batch stops, and no further pass runs)."""
@@ -158,20 +170,29 @@ class BatchRunner:
             self.error = self.error or error
             self.done.add(row)
             self.left += 1
-            self.turn.notify_all()
+            self.turn.notify()
 
     def serve(self) -> None:
         """Run the batch's passes in the calling thread, each once every live row has asked, until every row has left."""
         with self.turn:
             while self.left < len(self.rows):
-                if self.error is None and self.waiting and len(self.waiting) + len(self.done) == len(self.live):
+                if self.error is None and self._all_asked():
                     try:
                         self._pass()
-                    except BaseException as err:  # every waiting row learns it; the caller re-raises it
+                    except BaseException as err:  # the caller re-raises it
                         self.error = err
-                    self.turn.notify_all()
-                else:
-                    self.turn.wait()
+                    else:
+                        for row in self.live:  # each row of the pass: its logits are ready
+                            row.ready.set()
+                        continue
+                if self.error is not None:  # every row waiting learns it (a row asking later: in `submit`)
+                    for row in self.rows:
+                        row.ready.set()
+                self.turn.wait()
+
+    def _all_asked(self) -> bool:
+        """Whether every live row has asked for a pass (or finished), and one has: the next pass may run."""
+        return bool(self.waiting) and len(self.waiting) + len(self.done) == len(self.live)
 
     @torch.inference_mode()
     def _pass(self) -> None:

@@ -135,6 +135,31 @@ def build_step_inputs(current: int, window: torch.Tensor | None, tree: DraftTree
     return StepInputs(input_ids, position + layout.position_offsets(), layout.allowed(), layout)
 
 
+def prepend_prompt(prompt: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor | None, allowed: torch.Tensor | None,
+                   keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+    """A step's inputs with P prompt tokens before them: one pass that caches the prompt and runs the step.
+
+    The prompt is causal; every step token sees the whole prompt, and the step its own mask.
+
+    Args:
+        prompt: (P,) ids at positions 0 .. P-1 (the cache is empty).
+        input_ids: (q,) the step's ids; position_ids: (q,) or None (P + arange(q)).
+        allowed: (q, q) the step's mask, or None (causal); keep: (k,) step rows, or None (all q).
+
+    Returns:
+        ids (P+q,); positions (P+q,), or None when the step's were None; allowed (P+q, P+q), or
+        None when the step's was None (all of it causal); keep (k,) shifted by P, or (q,) for None.
+    """
+    p, q = prompt.shape[0], input_ids.shape[0]
+    ids = torch.cat([prompt.to(input_ids.device), input_ids])
+    positions = None if position_ids is None else torch.cat([torch.arange(p, device=position_ids.device), position_ids])
+    if allowed is not None:
+        whole = torch.ones(p + q, p + q, dtype=torch.bool, device=allowed.device).tril_()
+        whole[p:, p:] = allowed
+        allowed = whole
+    return ids, positions, allowed, p + (torch.arange(q) if keep is None else keep)
+
+
 def static_additive(allowed: torch.Tensor, length: torch.Tensor, max_length: int, dtype: torch.dtype) -> torch.Tensor:
     """The additive mask of a step over a whole static KV cache of `max_length` slots.
 

@@ -32,7 +32,7 @@ import torch
 from transformers import DynamicCache, DynamicLayer, StaticCache
 
 from .kernels import SMALL_ROWS, attention_scope, linear_scope, sdpa_backends
-from .masks import to_additive
+from .masks import prepend_prompt, to_additive
 from .results import DecodeStats
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
@@ -156,6 +156,7 @@ class Runner:
 
     max_length: int | None = None
     widths: tuple[int, ...] | None = None
+    pending: torch.Tensor | None = None  # (P,) the prompt a deferred `prefill` left to the first step's pass
 
     def __init__(self, model: torch.nn.Module, attention_backend: str = "auto", facts: ModelFacts | None = None) -> None:
         self.model, self.facts = model, check_model(model) if facts is None else facts
@@ -174,7 +175,20 @@ class Runner:
 
     def empty(self) -> None:
         """Forget the cache (a commit that keeps nothing)."""
+        self.pending = None
         self.commit(0, torch.zeros(0, dtype=torch.long))
+
+    def with_pending(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None, allowed: torch.Tensor | None,
+                     keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """A forward's arguments, with the prompt of a deferred `prefill` before them the first time (`prepend_prompt`)."""
+        if self.pending is None:
+            return input_ids, position_ids, allowed, keep
+        prompt, self.pending = self.pending, None
+        return prepend_prompt(prompt, input_ids, position_ids, allowed, keep)
+
+    def pending_len(self) -> int:
+        """P, the prompt tokens a deferred `prefill` has not cached yet (0: none)."""
+        return 0 if self.pending is None else self.pending.shape[0]
 
     def details(self) -> list[str]:
         """What a timing of this runner depends on besides the model (`ladref.fast.timing.describe`)."""
@@ -185,8 +199,9 @@ class Runner:
         """Tokens committed in the KV cache."""
         raise NotImplementedError
 
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
-        """Cache the prompt but its last token (a new call); returns that token."""
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
+        """Cache the prompt but its last token (a new call); returns that token. `defer`: cache it in
+        the first step's pass instead, if the runner can (one pass fewer; `past_len` counts it already)."""
         raise NotImplementedError
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
@@ -219,8 +234,8 @@ class ModelRunner(Runner):
 
     @property
     def past_len(self) -> int:
-        """Tokens held in the KV cache."""
-        return self.cache.get_seq_length()
+        """Tokens held in the KV cache (and the prompt a deferred `prefill` will cache)."""
+        return self.cache.get_seq_length() + self.pending_len()
 
     def details(self) -> list[str]:
         """The kernels, and how a pass of several rows computes its head and linear layers (`forward_logits`): its
@@ -228,20 +243,25 @@ class ModelRunner(Runner):
         return super().details() + (["head=W@h^T"] if self.facts.own_head else []) + (
             [f"linears=W@x^T({SMALL_ROWS.start}-{SMALL_ROWS.stop - 1})"] if self.facts.small_linears else [])
 
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
         """Cache the prompt's K/V except its last token, which becomes the first step's input.
 
-        Every decoder starts this way, so that each step (greedy, Jacobi or lookahead) feeds the
+        Every drafting decoder starts this way, so that each step (Jacobi or lookahead) feeds the
         current token and its guesses together.
 
         Args:
             prompt: (L,) prompt ids.
             stats: its ``prefill_tokens`` is set to L-1.
+            defer: run those L-1 tokens in the first step's pass, before its tokens (`prepend_prompt`),
+                not in a pass of their own: the decoding loops' choice, one pass fewer a prompt.
 
         Returns:
             The current token (the prompt's last).
         """
-        if prompt.shape[0] > 1:
+        self.pending = None
+        if prompt.shape[0] > 1 and defer:
+            self.pending = prompt[:-1].cpu()
+        elif prompt.shape[0] > 1:
             self.forward(prompt[:-1], keep=torch.tensor([0]))
         stats.prefill_tokens = prompt.shape[0] - 1
         return int(prompt[-1])
@@ -257,7 +277,7 @@ class ModelRunner(Runner):
         Returns:
             (V,) logits after the prompt's last token.
         """
-        stats.prefill_tokens = prompt.shape[0] - 1
+        stats.prefill_tokens, self.pending = prompt.shape[0] - 1, None
         return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
 
     @torch.no_grad()
@@ -280,6 +300,7 @@ class ModelRunner(Runner):
         Returns:
             (k, V) logits in float32 (float64 if the model is float64).
         """
+        input_ids, position_ids, allowed, keep = self.with_pending(input_ids, position_ids, allowed, keep)
         past = self.past_len
         q = input_ids.shape[0]
         if position_ids is None:

@@ -194,7 +194,7 @@ def sample_decode(
     def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
         chooser = chooser_for({**options, "do_sample": True})
         call = DecodeCall.begin(model, prompt, new_tokens, 0, options, runner)
-        current = call.runner.prefill(call.prompt, call.stats)
+        current = call.runner.prefill(call.prompt, call.stats, defer=True)  # cached in the first pass
         while not call.sink.done:
             logits = call.runner.forward(torch.tensor([current]))  # (1, V)
             current = chooser.choose((), logits[-1], ())

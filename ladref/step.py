@@ -146,7 +146,8 @@ def run_drafting(
     position_limit: int | None = None,
     choice: StepChoice | None = None,
 ) -> None:
-    """Prefill, then run draft steps until `sink` is done (every tree decoder's loop).
+    """Prefill, then run draft steps until `sink` is done (every tree decoder's loop). The prefill is
+    deferred: the prompt but its last token runs in the first step's pass, before the step's tokens.
 
     Args:
         runner: a runner with an empty cache (a static runner's prefill starts a new call).
@@ -168,7 +169,7 @@ def run_drafting(
     # 1. Propose: each source's tree, kept apart until the choice (the first step's are checked
     #    before any forward pass, the prompt's included).
     trees, evidence = propose_apart(proposers, context, runner.vocab_size)
-    current = runner.prefill(prompt, stats)
+    current = runner.prefill(prompt, stats, defer=True)  # the prompt is cached in the first step's pass
     while True:
         start, kv = time.perf_counter(), runner.past_len
         if position_limit is not None:
@@ -188,4 +189,5 @@ def run_drafting(
             trees, evidence = propose_apart(proposers, context, runner.vocab_size)
         else:  # no draft could pay: none proposed
             trees, evidence = [], []
-        choice.timed(outcome.fed, kv, time.perf_counter() - start)
+        if stats.steps > 1:  # step 1's pass also cached the prompt: not a step's time
+            choice.timed(outcome.fed, kv, time.perf_counter() - start)

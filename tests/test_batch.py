@@ -109,6 +109,61 @@ def test_rows_run_their_torch_work_on_one_thread_and_the_callers_count_comes_bac
         torch.set_num_threads(before)
 
 
+class FailsOnRow(PromptLookupProposer):
+    """Prompt lookup that fails once its row (the one whose prompt starts with 9) has 3 tokens past its prompt."""
+
+    def begin(self, prompt):
+        self.prompt_len, self.row = len(prompt), prompt[0] == 9
+        super().begin(prompt)
+
+    def propose(self, context):
+        if self.row and len(context) >= self.prompt_len + 3:
+            raise KeyError("this row's proposer failed")
+        return super().propose(context)
+
+
+def finishes(call):
+    """Run `call` in a thread; what it raised, after checking that it ended (no row left waiting)."""
+    import threading
+
+    raised = []
+
+    def run():
+        try:
+            call()
+        except BaseException as err:  # noqa: BLE001
+            raised.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the batch hung"
+    return raised
+
+
+def test_a_row_that_fails_stops_the_batch_and_its_error_reaches_the_caller():
+    model = tiny_model("llama", 16, 0)
+    raised = finishes(lambda: draft_decode(model, [[1, 2, 1], [9, 2, 3, 4], [5, 6]], 12, proposers=[FailsOnRow(2)],
+                                           eos_token_id=[]))
+    assert len(raised) == 1 and isinstance(raised[0], KeyError) and "this row's proposer failed" in str(raised[0])
+
+
+def test_a_pass_that_fails_wakes_every_row_and_its_error_reaches_the_caller():
+    model, passes = tiny_model("llama", 16, 0), []
+
+    def fifth_fails(*args):  # the model's fifth call: the second batched pass (the first runs each prompt alone)
+        passes.append(1)
+        if len(passes) == 5:
+            raise OverflowError("a pass failed")
+
+    handle = model.register_forward_pre_hook(fifth_fails)
+    try:
+        raised = finishes(lambda: greedy_decode(model, [[1, 2], [3, 4, 5], [6]], 6, eos_token_id=[]))
+    finally:
+        handle.remove()
+    assert len(raised) == 1 and isinstance(raised[0], OverflowError)
+
+
 def test_sampling_a_batch_keeps_each_rows_distribution():
     model, k, draws = peaky_model(), 2, 300
     other = [3, 1, 3, 6, 3, 1]
@@ -186,7 +241,7 @@ def test_adaptive_on_a_batch_stops_drafting_where_the_batch_is_compute_bound():
     # a pass of 8 rows still costs one weight read: every row drafts, and the batch needs far fewer passes
     assert min(drafted(gpu)) / gpu.passes > 2 and gpu.passes < 30
     # 8 rows already fill the compute: a draft that widens the pass makes all 8 rows' passes dearer
-    assert drafted(cpu) == [0] * len(batch) and cpu.passes == 41  # the prompts' pass, then one per token
+    assert drafted(cpu) == [0] * len(batch) and cpu.passes == 40  # one per token: the prompts' pass made the first
 
 
 def test_a_row_prices_the_whole_pass_padding_included():

@@ -80,10 +80,9 @@ def test_steps_count_real_forward_passes(decode):
             result = lookahead_decode(model, prompt, 30, config=LookaheadConfig(3, 3, 3), eos_token_id=[])
     finally:
         handle.remove()
-    if decode == "greedy":  # as generate(): the whole prompt in one pass, which yields token 1
-        assert result.stats.steps == len(calls)
-    else:
-        assert result.stats.steps == len(calls) - 1  # one prefill, then one pass per step
+    # greedy, as generate(): the whole prompt in one pass, which yields token 1; a drafting decoder's
+    # first step carries the prompt's first L-1 tokens in its pass (`prefill(defer=True)`)
+    assert result.stats.steps == len(calls)
     assert result.stats.prefill_tokens == len(prompt) - 1
 
 

@@ -112,12 +112,12 @@ for name, result in drafters.items():
 # ## 2. Ragged acceptance
 #
 # In one pass each row verifies its own draft and accepts its own number of tokens
-# (`row.stats.accepted_per_step`): the rows drift apart. Every row prefills its prompt in the
-# first pass, so a row's step i runs in pass i + 1; a blank cell is a row that has finished.
+# (`row.stats.accepted_per_step`): the rows drift apart. Every row's prompt rides in the first
+# pass with its first step, so a row's step i runs in pass i; a blank cell is a row that has finished.
 
 # %%
 def accepted_matrix(result):
-    """rows x passes after the prefill: tokens each row accepted in each pass, NaN once it is done."""
+    """rows x passes: tokens each row accepted in each pass, NaN once it is done."""
     steps = max(row.stats.steps for row in result)
     grid = np.full((len(result), steps), np.nan)
     for b, row in enumerate(result):
@@ -134,7 +134,7 @@ for ax, (name, result) in zip(axes, drafters.items()):
     ax.set_yticks(range(len(result)), [f"row {b}" for b in range(len(result))])
     ticks = [0] + [i for i in range(grid.shape[1]) if (i + 1) % 5 == 0]  # column i is pass i + 1
     ax.set_xticks(ticks, [str(i + 1) for i in ticks])
-    ax.set_xlabel("forward pass (pass 0 is the prefill)")
+    ax.set_xlabel("forward pass (pass 1 also ran the prompts)")
     ax.set_title(f"{name}: tokens accepted per pass (numbers: more than one)", fontsize=9)
     fig.colorbar(image, ax=ax, pad=0.01)
 fig.tight_layout()
@@ -182,7 +182,7 @@ for b, (n, keep) in enumerate(zip(lengths, accepted)):
 
 # %%
 def widths_per_pass(result):
-    """For each pass after the prefill: the tokens each live row fed (its step's width q)."""
+    """For each pass: the tokens each live row's step fed (its width q; pass 1 also ran the prompts, not counted)."""
     steps = [row.stats.forward_tokens_per_step for row in result]
     return [[s[k] for s in steps if k < len(s)] for k in range(max(map(len, steps)))]
 

@@ -14,11 +14,13 @@ term is for the full (q, c + q) score matrix: ladref's custom mask hides entries
 still computes them (and grouped-query K/V are broadcast to all heads before the products).
 
 Per step of decoding, with context ``c``:
-  * greedy: ``F(1, c, 1)`` for 1 token (its first token comes from one pass over the whole prompt of
-    L tokens, as in transformers' generate(): `decode_flops` books ``F(L-1, 0, 0)`` of it as the
-    prefill and the rest as step 1);
+  * greedy: ``F(1, c, 1)`` for 1 token;
   * Jacobi with block m: ``F(m + 1, c, m + 1)`` for 1..m+1 tokens;
   * lookahead with W, N and g <= G candidates: ``F((N-1)(W+g), c, 1 + W + g(N-1))`` for 1..N tokens.
+Every decoder's first pass also runs the prompt's first p tokens, all but its last (greedy: the
+whole prompt, as transformers' generate() does; a drafting decoder: before its first step's tokens,
+`Runner.prefill` with ``defer``): `decode_flops` books ``F(p, 0, 0)`` of it as the prefill and the
+rest as step 1.
 Lookahead therefore spends about (N-1)(W+G) times greedy's FLOPs per step to save a factor S
 of steps: its FLOPs ratio to greedy is roughly (N-1)(W+G) / S (the paper's "extra FLOPs").
 """
@@ -187,6 +189,9 @@ def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: Loo
     for g). "plookup" steps are charged as q-token passes with all q logits, since transformers'
     prompt lookup verifies q-1 drafted tokens and reads every logit; so are "tree" steps (native
     prompt lookup, Token Recycling, adaptive decoding: every fed token's logits are read).
+    Step 1 is charged its share of a pass that also ran the prompt; the compiled path's static
+    runner runs the prompt apart, so its step 1 ran 4*L*A*q*p fewer FLOPs than charged (the
+    prompt's p rows over the step's q keys), p = ``stats.prefill_tokens``.
 
     Args:
         shape: the model's `ModelShape`.
@@ -199,23 +204,19 @@ def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: Loo
     if method == "lookahead" and config is None:
         raise ValueError("decode_flops needs the LookaheadConfig of a lookahead call")
     context, per_step = stats.prefill_tokens, []
-    if method == "greedy":  # one pass over the whole prompt yields token 1 (greedy_decode, generate())
-        prefill = forward_flops(shape, context, 0, 0) if context else 0
-        whole = forward_flops(shape, context + 1, 0, 1)
-    else:
-        prefill = forward_flops(shape, context, 0, 1) if context else 0
+    apart = method == "plookup"  # transformers' prompt lookup: the prompt's pass books one logit row
+    prefill = forward_flops(shape, context, 0, int(apart)) if context else 0
     for index, (accepted, q) in enumerate(zip(stats.accepted_per_step, stats.forward_tokens_per_step)):
-        if method == "greedy" and index == 0:
-            per_step.append(whole - prefill)  # the last prompt token's share of the whole-prompt pass
-            context += accepted
-            continue
         if method == "lookahead":  # the current token, the window's newest row (when fed) and the draft tree
             fed_window = stats.window_tokens_per_step[index] if stats.window_tokens_per_step else q - 1
             drafts = stats.draft_tokens_per_step[index] if stats.draft_tokens_per_step else q - (config.ngram_size - 1) * config.window_size
             k = 1 + (config.window_size if fed_window else 0) + drafts
         else:
             k = q if method in ("jacobi", "plookup", "tree") else 1
-        per_step.append(forward_flops(shape, q, context, k))
+        if index == 0 and not apart:  # the first pass also ran the prompt: this step's share of it
+            per_step.append(forward_flops(shape, context + q, 0, k) - prefill)
+        else:
+            per_step.append(forward_flops(shape, q, context, k))
         context += accepted
     return FlopsReport(prefill, tuple(per_step))
 

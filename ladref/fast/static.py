@@ -180,8 +180,9 @@ class StaticRunner(Runner):
         stats.prefill_tokens = prompt.shape[0] - 1
         return self._run(static_step, prompt, torch.arange(prompt.shape[0]), None, prompt.shape[0], last_only=True)[0]
 
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats) -> int:
-        """Start a new call, then cache the prompt but its last token (uncompiled)."""
+    def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
+        """Start a new call, then cache the prompt but its last token (uncompiled), at once even when
+        asked to `defer` (a step's pass has a compiled width; the prompt's does not)."""
         self.reset()
         if prompt.shape[0] > 1:
             self._run(static_step, prompt[:-1], torch.arange(prompt.shape[0] - 1), None, prompt.shape[0] - 1, last_only=True)
