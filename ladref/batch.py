@@ -127,7 +127,10 @@ class BatchRunner:
     pass run by a different thread each time would start its own pool of worker threads). Each
     wait wakes only its own thread: the passes' thread when the last row asks (or leaves), each
     row when its pass has run (a shared condition woke every waiting row at every request: B²
-    wake-ups, under the GIL, a pass).
+    wake-ups, under the GIL, a pass). And the rows' host work between passes runs one row at a
+    time (`host`, held from a row's logits to its next request): under the GIL it could not run
+    side by side anyway, and rows taking turns at every torch call, each of which may let go of
+    the GIL, paid a thread switch each time.
 
     Args:
         model: the checked model; facts: its `ModelFacts`.
@@ -144,6 +147,7 @@ class BatchRunner:
         self.waiting: dict[RowRunner, Request] = {}
         self.passes, self.left, self.error = 0, 0, None
         self.turn = threading.Condition()  # the passes' thread waits on it
+        self.host = threading.Lock()  # held by the one row whose host work runs (`decode_rows`, `submit`)
 
     def slot(self, row: RowRunner) -> int:
         """The row's index in the cache's batch dimension (finished rows are dropped at each pass)."""
@@ -158,8 +162,10 @@ class BatchRunner:
                 self.waiting[row] = request
                 if self._all_asked():
                     self.turn.notify()
+        self.host.release()  # the next row's host work runs while this row waits
         if not failed:
             row.ready.wait()
+        self.host.acquire()
         if self.error is not None:
             raise RuntimeError("another row of the batch failed") from self.error
         return request.logits
@@ -171,6 +177,7 @@ class BatchRunner:
             self.done.add(row)
             self.left += 1
             self.turn.notify()
+        self.host.release()
 
     def serve(self) -> None:
         """Run the batch's passes in the calling thread, each once every live row has asked, until every row has left."""
@@ -322,6 +329,7 @@ def decode_rows(model: torch.nn.Module, input_ids: TokenIds, max_new_tokens: int
 
     def run(b: int) -> None:
         error = None
+        batch.host.acquire()  # one row's host work at a time: see `BatchRunner`
         try:
             with torch.inference_mode(), row_threads(threads):  # thread-local: each row's thread enters them
                 results[b] = one(batch.rows[b], prompts[b], budgets[b], settings[b])
