@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from families import SUPPORTED, family_model
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, vocab_sizes
 
@@ -69,6 +69,18 @@ def test_a_closed_gate_means_no_tree_would_have_been_fed(paths, rate, others, fl
         assert len(choice.tree) == 0 and not choice.window
 
 
+BUSY = CostModel.from_ratios({1: 1.0, 2: 1.8, 4: 2.3, 8: 3.3, 16: 5.0, 32: 6.8})  # a pass of 16 rows on 2 cores
+
+
+@given(st.floats(4.0, 20.0), st.integers(1, 3), st.sampled_from([None, 6]), st.floats(0.0, 3.0))
+def test_a_closed_gate_is_what_choose_finds_with_nothing_proposed(others, floor, cells, window_value):
+    policy, load = DraftPolicy(BUSY), Load(others, floor)
+    policy.window_value = window_value
+    assume(not policy.may_draft(100, cells, load))  # `PolicyChoice.choose` then answers a greedy step without asking
+    choice = policy.choose([], 100, cells, [], load)
+    assert len(choice.tree) == 0 and not choice.window and choice.probe is None and choice.own_width == 1
+
+
 def test_drafts_are_not_proposed_while_none_could_pay():
     class Counted(PromptLookupProposer):
         calls = 0
@@ -77,9 +89,8 @@ def test_drafts_are_not_proposed_while_none_could_pay():
             Counted.calls += 1
             return super().propose(context)
 
-    busy = CostModel.from_ratios({1: 1.0, 2: 1.8, 4: 2.3, 8: 3.3, 16: 5.0, 32: 6.8})  # a pass of 16 rows on 2 cores
-    assert not DraftPolicy(busy).may_draft(0, None, Load(others=15.0))  # every draft widens 16 rows' pass
-    assert DraftPolicy(busy).may_draft(0) and DraftPolicy(FLAT).may_draft(0, None, Load(others=15.0))
+    assert not DraftPolicy(BUSY).may_draft(0, None, Load(others=15.0))  # every draft widens 16 rows' pass
+    assert DraftPolicy(BUSY).may_draft(0) and DraftPolicy(FLAT).may_draft(0, None, Load(others=15.0))
     model, steep = tiny_model("llama", 16, 0), CostModel.from_ratios({1: 1.0, 2: 50.0, 64: 100.0})
     result = adaptive_decode(model, [1, 2, 3], 30, cost=steep, proposers=[Counted()], eos_token_id=[])
     assert result.token_ids == hf_greedy(model, [1, 2, 3], 30) and Counted.calls == 1  # the first, checked before prefill

@@ -70,7 +70,7 @@ class PolicyChoice:
     """
 
     def __init__(self, policy: DraftPolicy, surface: CostSurface | None = None, runner: Runner | None = None) -> None:
-        self.policy, self.rows = policy, 1
+        self.policy, self.rows, self.plain = policy, 1, False
         self.surface = CostSurface.of(policy.cost) if surface is None else surface  # None: one prompt, the policy's curve
         self.row = runner if isinstance(runner, RowRunner) else None  # a row of a batch, or None
 
@@ -85,9 +85,14 @@ class PolicyChoice:
 
     def may_draft(self, kv: int, window_cells: int | None) -> bool:
         """False when no draft could pay in the batch as it stands (`DraftPolicy.may_draft`): not proposed."""
-        return self.policy.may_draft(kv, window_cells, self.load())
+        self.plain = not self.policy.may_draft(kv, window_cells, self.load())
+        return not self.plain
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
+        if self.plain:  # `may_draft` found no draft nor window could pay at this kv and load: a greedy step,
+            if self.row is not None:  # what `DraftPolicy.choose` would find (no probe; its own width 1)
+                self.row.own_width = 1
+            return DraftTree.empty(), False
         load = self.load()
         self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
         choice = self.policy.choose(trees, kv, window_cells, evidence, load)
