@@ -196,7 +196,7 @@ class Runner:
 
     @property
     def past_len(self) -> int:
-        """Tokens committed in the KV cache."""
+        """Tokens committed in the KV cache (a deferred prompt's counted: `prefill`)."""
         raise NotImplementedError
 
     def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:

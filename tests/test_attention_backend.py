@@ -69,7 +69,7 @@ def test_every_forward_runs_inside_the_scoped_choice(choice, allowed):
         result = lookahead_decode(model, PROMPT, 12, config=LookaheadConfig(3, 3, 3), eos_token_id=[], attention_backend=choice)
     finally:
         handle.remove()
-    assert len(seen) == result.stats.steps + 1  # the prefill and every step
+    assert len(seen) == result.stats.steps  # every step, the first with the prompt in its pass
     assert all(flags == allowed for flags in seen)
     assert sdp_flags() == before  # scoped: nothing global changed
 
