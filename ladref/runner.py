@@ -327,6 +327,8 @@ class ModelRunner(Runner):
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 full = getattr(layer, name)
+                if full is None:  # a layer that has cached nothing yet (no pass has run)
+                    continue
                 kept = None if in_place else full.index_select(-2, src)  # (B, H_kv, k, D)
                 full = full[..., : past_len + accepted.shape[0], :]
                 if kept is not None:

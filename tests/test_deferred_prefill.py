@@ -66,3 +66,7 @@ def test_a_one_token_prompt_has_nothing_to_defer_and_a_new_call_forgets_a_deferr
     assert runner.past_len == 2 and runner.pending.tolist() == [1, 2]
     runner.prefill(torch.tensor([4, 5, 6, 7]), DecodeStats())  # a new call, cached at once
     assert runner.pending is None and runner.past_len == 3
+    fresh = ModelRunner(model)
+    fresh.prefill(torch.tensor([1, 2, 3]), DecodeStats(), defer=True)
+    fresh.empty()  # nothing cached yet: forgetting is not an error
+    assert fresh.past_len == 0 and fresh.pending is None
