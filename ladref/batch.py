@@ -44,7 +44,7 @@ import torch
 from transformers import DynamicCache
 
 from .kernels import attention_scope, sdpa_backends
-from .results import BatchResult, DecodeResult, DecodeStats
+from .results import BatchResult, DecodeResult
 from .runner import ModelFacts, Runner, batch_forward, check_model, move_entries, stack_caches, trim_cache
 from .rows import batch_prompts, per_row, row_options
 from .types import TokenIds
@@ -85,17 +85,6 @@ class RowRunner(Runner):
         ``tokens``, 1 by default) and the widest step they feed for their own sake (``own_width``)."""
         rows = [r for r in self.batch.live if r is not self and r not in self.batch.done]
         return sum(r.tokens for r in rows), max((r.own_width for r in rows), default=1)
-
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
-        self.pending = prompt[:-1].cpu() if prompt.shape[0] > 1 and defer else None
-        if prompt.shape[0] > 1 and not defer:
-            self.forward(prompt[:-1], keep=torch.tensor([0]))
-        stats.prefill_tokens = prompt.shape[0] - 1
-        return int(prompt[-1])
-
-    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        stats.prefill_tokens, self.pending = prompt.shape[0] - 1, None
-        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
                 keep: torch.Tensor | None = None) -> torch.Tensor:

@@ -138,7 +138,8 @@ def check_model(model: object) -> ModelFacts:
 
 class Runner:
     """What the decoding loops drive (`ModelRunner`, `ladref.fast.static.StaticRunner`): the checked
-    model, its facts, the SDPA kernel choice, and the four operations every runner implements.
+    model, its facts, the SDPA kernel choice, and the operations every runner implements (`past_len`,
+    `forward`, `commit`; `prefill` and `prefill_whole` are written here in terms of `forward`).
 
     Args:
         model: a decoder-only transformers model using eager or SDPA attention (`check_model`).
@@ -200,13 +201,42 @@ class Runner:
         raise NotImplementedError
 
     def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
-        """Cache the prompt but its last token (a new call); returns that token. `defer`: cache it in
-        the first step's pass instead, if the runner can (one pass fewer; `past_len` counts it already)."""
-        raise NotImplementedError
+        """Cache the prompt's K/V except its last token, which becomes the first step's input.
+
+        Every drafting decoder starts this way, so that each step (Jacobi or lookahead) feeds the
+        current token and its guesses together. Runners whose `forward` runs any width (`ModelRunner`,
+        `ladref.batch.RowRunner`) share this one; a static runner has its own.
+
+        Args:
+            prompt: (L,) prompt ids.
+            stats: its ``prefill_tokens`` is set to L-1.
+            defer: run those L-1 tokens in the first step's pass, before its tokens (`prepend_prompt`),
+                not in a pass of their own: the decoding loops' choice, one pass fewer a prompt.
+
+        Returns:
+            The current token (the prompt's last).
+        """
+        self.pending = None
+        if prompt.shape[0] > 1 and defer:
+            self.pending = prompt[:-1].cpu()
+        elif prompt.shape[0] > 1:
+            self.forward(prompt[:-1], keep=torch.tensor([0]))
+        stats.prefill_tokens = prompt.shape[0] - 1
+        return int(prompt[-1])
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        """Cache the whole prompt (a new call); returns the (V,) logits after it."""
-        raise NotImplementedError
+        """Cache the whole prompt in one pass, as transformers' generate() does; greedy decoding's start.
+
+        In float16 / bfloat16 the rounding depends on how a computation is split, so the oracle
+        makes generate()'s own split (measured: the (L-1) + 1 split of `prefill` parts from
+        generate at bfloat16 near-ties, this one does not). The pass is booked like `prefill`'s
+        (L-1 prefill tokens; the last prompt token is step 1's, which these logits complete).
+
+        Returns:
+            (V,) logits after the prompt's last token.
+        """
+        stats.prefill_tokens, self.pending = prompt.shape[0] - 1, None
+        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
                 keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -242,43 +272,6 @@ class ModelRunner(Runner):
         step times depend on them."""
         return super().details() + (["head=W@h^T"] if self.facts.own_head else []) + (
             [f"linears=W@x^T({SMALL_ROWS.start}-{SMALL_ROWS.stop - 1})"] if self.facts.small_linears else [])
-
-    def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
-        """Cache the prompt's K/V except its last token, which becomes the first step's input.
-
-        Every drafting decoder starts this way, so that each step (Jacobi or lookahead) feeds the
-        current token and its guesses together.
-
-        Args:
-            prompt: (L,) prompt ids.
-            stats: its ``prefill_tokens`` is set to L-1.
-            defer: run those L-1 tokens in the first step's pass, before its tokens (`prepend_prompt`),
-                not in a pass of their own: the decoding loops' choice, one pass fewer a prompt.
-
-        Returns:
-            The current token (the prompt's last).
-        """
-        self.pending = None
-        if prompt.shape[0] > 1 and defer:
-            self.pending = prompt[:-1].cpu()
-        elif prompt.shape[0] > 1:
-            self.forward(prompt[:-1], keep=torch.tensor([0]))
-        stats.prefill_tokens = prompt.shape[0] - 1
-        return int(prompt[-1])
-
-    def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        """Cache the whole prompt in one pass, as transformers' generate() does; greedy decoding's start.
-
-        In float16 / bfloat16 the rounding depends on how a computation is split, so the oracle
-        makes generate()'s own split (measured: the (L-1) + 1 split of `prefill` parts from
-        generate at bfloat16 near-ties, this one does not). The pass is booked like `prefill`'s
-        (L-1 prefill tokens; the last prompt token is step 1's, which these logits complete).
-
-        Returns:
-            (V,) logits after the prompt's last token.
-        """
-        stats.prefill_tokens, self.pending = prompt.shape[0] - 1, None
-        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
 
     @torch.no_grad()
     def forward(

@@ -175,7 +175,7 @@ class StaticRunner(Runner):
         return super().details() + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        """As `ModelRunner.prefill_whole`, uncompiled (the prompt's length changes from call to call)."""
+        """As `Runner.prefill_whole`, uncompiled (the prompt's length changes from call to call)."""
         self.reset()
         stats.prefill_tokens = prompt.shape[0] - 1
         return self._run(static_step, prompt, torch.arange(prompt.shape[0]), None, prompt.shape[0], last_only=True)[0]
