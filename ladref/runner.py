@@ -511,7 +511,7 @@ def gather_block_slots(blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor], 
 
 
 def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                   mask: torch.Tensor, cache_position: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+                   mask: torch.Tensor, cache_position: torch.Tensor, last: int = 0) -> torch.Tensor:
     """One forward pass over a static cache, writing the step's keys/values into it.
 
     Args:
@@ -521,15 +521,15 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
         position_ids: (q,) absolute positions.
         mask: (1, 1, q, M) additive mask over the cache's M slots (`ladref.masks.static_additive`).
         cache_position: (q,) the slots the step's keys/values are written to.
-        last_only: compute the last position's logits only (a prompt prefill).
+        last: compute the logits of the last `last` positions only (0: all q; 1: a prompt prefill).
 
     Returns:
-        (q, V) logits in the model's dtype, or (1, V) with `last_only`.
+        (q, V) logits in the model's dtype, or (last, V).
     """
     params = inspect.signature(model.forward).parameters
-    kwargs = {"logits_to_keep": 1} if last_only and "logits_to_keep" in params else {}
+    kwargs = {"logits_to_keep": last} if last and "logits_to_keep" in params else {}
     kwargs[cache_arg(model, params) or "past_key_values"] = cache
     if "cache_position" in params:  # gone from transformers 5.24 on
         kwargs["cache_position"] = cache_position
     out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask, use_cache=True, **kwargs)
-    return out.logits[0, -1:] if last_only else out.logits[0]
+    return out.logits[0, -last:] if last else out.logits[0]

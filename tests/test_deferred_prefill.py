@@ -7,6 +7,7 @@ import torch
 from strategies import ARCHITECTURES, tiny_model
 
 from ladref import DecodeStats, DraftTree
+from ladref.fast.static import StaticRunner
 from ladref.masks import build_step_inputs, prepend_prompt
 from ladref.runner import ModelRunner
 
@@ -28,13 +29,25 @@ def test_prepend_prompt_puts_a_causal_prompt_before_the_step():
     assert ids.tolist() == [7, 8, 1, 2] and positions is None and whole is None and keep.tolist() == [2, 3]
 
 
+def runner_of(kind: str, model: torch.nn.Module):
+    """A dynamic-cache runner, or a static one whose steps pad to width 16 (its deferred first step does not)."""
+    return ModelRunner(model) if kind == "dynamic" else StaticRunner(model, 32, widths=(16,))
+
+
+def cached(runner) -> list[torch.Tensor]:
+    """Every layer's keys and values in the runner's committed slots."""
+    length = runner.past_len
+    return [getattr(layer, name)[..., :length, :] for layer in runner.cache.layers for name in ("keys", "values")]
+
+
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("shape", ["tree", "chain"])
-def test_the_first_step_gets_the_logits_and_cache_of_a_prefill_of_its_own(arch, shape):
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_the_first_step_gets_the_logits_and_cache_of_a_prefill_of_its_own(arch, shape, kind):
     model, prompt = tiny_model(arch, 16, 3), torch.tensor([3, 1, 4, 1, 5, 9])
     window = torch.randint(0, 16, (2, 3), generator=torch.Generator().manual_seed(0)) if shape == "tree" else None
     tree = DraftTree.from_paths([[2, 6, 5], [2, 9], [9]] if shape == "tree" else [[2, 6, 5]], "s")
-    apart, deferred = ModelRunner(model), ModelRunner(model)
+    apart, deferred = runner_of(kind, model), runner_of(kind, model)
     logits, passes = [], []
     for runner, defer in ((apart, False), (deferred, True)):
         calls = []
@@ -53,20 +66,20 @@ def test_the_first_step_gets_the_logits_and_cache_of_a_prefill_of_its_own(arch, 
     assert passes == [2, 1]
     torch.testing.assert_close(logits[1], logits[0], rtol=1e-10, atol=1e-10)
     assert apart.past_len == deferred.past_len == len(prompt) + 1
-    for mine, theirs in zip(deferred.cache.layers, apart.cache.layers):
-        torch.testing.assert_close(mine.keys, theirs.keys, rtol=1e-10, atol=1e-10)
-        torch.testing.assert_close(mine.values, theirs.values, rtol=1e-10, atol=1e-10)
+    for mine, theirs in zip(cached(deferred), cached(apart), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
 
 
-def test_a_one_token_prompt_has_nothing_to_defer_and_a_new_call_forgets_a_deferred_prompt():
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_a_one_token_prompt_has_nothing_to_defer_and_a_new_call_forgets_a_deferred_prompt(kind):
     model = tiny_model("llama", 16, 0)
-    runner = ModelRunner(model)
+    runner = runner_of(kind, model)
     assert runner.prefill(torch.tensor([5]), DecodeStats(), defer=True) == 5 and runner.past_len == 0
     runner.prefill(torch.tensor([1, 2, 3]), DecodeStats(), defer=True)
     assert runner.past_len == 2 and runner.pending.tolist() == [1, 2]
     runner.prefill(torch.tensor([4, 5, 6, 7]), DecodeStats())  # a new call, cached at once
     assert runner.pending is None and runner.past_len == 3
-    fresh = ModelRunner(model)
+    fresh = runner_of(kind, model)
     fresh.prefill(torch.tensor([1, 2, 3]), DecodeStats(), defer=True)
     fresh.empty()  # nothing cached yet: forgetting is not an error
     assert fresh.past_len == 0 and fresh.pending is None

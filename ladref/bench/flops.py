@@ -189,9 +189,8 @@ def decode_flops(shape: ModelShape, stats: DecodeStats, method: str, config: Loo
     for g). "plookup" steps are charged as q-token passes with all q logits, since transformers'
     prompt lookup verifies q-1 drafted tokens and reads every logit; so are "tree" steps (native
     prompt lookup, Token Recycling, adaptive decoding: every fed token's logits are read).
-    Step 1 is charged its share of a pass that also ran the prompt; the compiled path's static
-    runner runs the prompt apart, so its step 1 ran 4*L*A*q*p fewer FLOPs than charged (the
-    prompt's p rows over the step's q keys), p = ``stats.prefill_tokens``.
+    Step 1 is charged its share of a pass that also ran the prompt (every drafting decoder defers
+    its prefill, `ladref.runner.Runner.prefill`).
 
     Args:
         shape: the model's `ModelShape`.

@@ -54,12 +54,13 @@ def pad_step(input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch
     return ids, positions, mask
 
 
-def static_step(runner: StaticRunner, input_ids, position_ids, allowed, length, last_only: bool = False) -> torch.Tensor:
-    """The step every width compiles: (w,) ids and positions, (w, w) mask, () length -> (w, V) logits."""
+def static_step(runner: StaticRunner, input_ids, position_ids, allowed, length, last: int = 0) -> torch.Tensor:
+    """The step every width compiles: (w,) ids and positions, (w, w) mask, () length -> (w, V) logits
+    (uncompiled, a prompt's pass asks for the `last` positions' only: (last, V))."""
     set_static_length(runner.cache, length)  # the step writes at slots length .. length+w-1
     mask = static_additive(allowed, length, runner.max_length, runner.dtype)  # (1, 1, w, M)
     slots = length + torch.arange(input_ids.shape[0], device=input_ids.device)
-    return static_forward(runner.model, runner.cache, input_ids, position_ids, mask, slots, last_only)
+    return static_forward(runner.model, runner.cache, input_ids, position_ids, mask, slots, last)
 
 
 def static_commit(runner: StaticRunner, src: torch.Tensor, dst: torch.Tensor, length: torch.Tensor) -> None:
@@ -77,7 +78,8 @@ class StaticRunner(Runner):
 
     Unlike `ladref.runner.ModelRunner`, one StaticRunner serves many calls (`prefill` starts a new
     one): its cache buffers keep their addresses, so the steps compiled once serve every call.
-    The prompt prefill (a new length each call) runs uncompiled.
+    The prompt (a new length each call) runs uncompiled: in a pass of its own, or, deferred
+    (`prefill`), with the first step, whose pass then runs uncompiled at its own width.
 
     Args:
         model: a decoder-only transformers model using eager or SDPA attention.
@@ -138,8 +140,8 @@ class StaticRunner(Runner):
 
     @property
     def past_len(self) -> int:
-        """Tokens committed in the cache."""
-        return self.length
+        """Tokens committed in the cache (and the prompt a deferred `prefill` will cache)."""
+        return self.length + self.pending_len()
 
     def width_for(self, q: int) -> int:
         """The width a step of q tokens runs at: the smallest bucket >= q (q itself without buckets)."""
@@ -162,7 +164,7 @@ class StaticRunner(Runner):
 
     def reset(self) -> None:
         """Start a new call: the cache's contents are forgotten (its buffers stay where they are)."""
-        self.length = 0
+        self.length, self.pending = 0, None
         if static_cache_ready(self.cache):
             set_static_length(self.cache, torch.tensor(0, device=self.device))
 
@@ -178,14 +180,16 @@ class StaticRunner(Runner):
         """As `Runner.prefill_whole`, uncompiled (the prompt's length changes from call to call)."""
         self.reset()
         stats.prefill_tokens = prompt.shape[0] - 1
-        return self._run(static_step, prompt, torch.arange(prompt.shape[0]), None, prompt.shape[0], last_only=True)[0]
+        return self._run(static_step, prompt, torch.arange(prompt.shape[0]), None, prompt.shape[0], last=1)[0]
 
     def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
-        """Start a new call, then cache the prompt but its last token (uncompiled), at once even when
-        asked to `defer` (a step's pass has a compiled width; the prompt's does not)."""
+        """Start a new call, then cache the prompt but its last token, uncompiled: at once, or with
+        `defer` in the first step's pass (`Runner.prefill`), which then runs uncompiled too."""
         self.reset()
-        if prompt.shape[0] > 1:
-            self._run(static_step, prompt[:-1], torch.arange(prompt.shape[0] - 1), None, prompt.shape[0] - 1, last_only=True)
+        if prompt.shape[0] > 1 and defer:
+            self.pending = prompt[:-1].cpu()
+        elif prompt.shape[0] > 1:
+            self._run(static_step, prompt[:-1], torch.arange(prompt.shape[0] - 1), None, prompt.shape[0] - 1, last=1)
         stats.prefill_tokens = prompt.shape[0] - 1
         return int(prompt[-1])
 
@@ -203,6 +207,8 @@ class StaticRunner(Runner):
         Returns:
             (k, V) logits in float32 (float64 if the model is float64).
         """
+        if self.pending is not None:
+            return self._with_prompt(input_ids, position_ids, allowed, keep)
         q = input_ids.shape[0]
         width = self.width_for(q)
         if self.length + width > self.max_length:
@@ -217,6 +223,16 @@ class StaticRunner(Runner):
         logits = self._run(step, ids, positions, mask, q)  # (width, V)
         return logits.index_select(0, (torch.arange(q) if keep is None else keep).to(self.device))
 
+    def _with_prompt(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None, allowed: torch.Tensor | None,
+                     keep: torch.Tensor | None) -> torch.Tensor:
+        """`forward`'s first step after a deferred `prefill`: the P prompt tokens, then the step's q,
+        in one uncompiled pass of P + q tokens (`prepend_prompt`) that computes the step's logits only."""
+        ids, positions, allowed, keep = self.with_pending(input_ids, position_ids, allowed, keep)
+        n, first = ids.shape[0], int(keep.min())  # the step's rows start at P; `keep` lies among them
+        positions = torch.arange(n) if positions is None else positions.cpu()
+        logits = self._run(static_step, ids.cpu(), positions, None if allowed is None else allowed.cpu(), n, last=n - first)
+        return logits.index_select(0, (keep - first).to(self.device))  # (k, V)
+
     @torch.inference_mode()
     def commit(self, past_len: int, accepted: torch.Tensor) -> None:
         """As `ModelRunner.commit`: keep `past_len` entries plus the last step's entries `accepted`, in place."""
@@ -229,7 +245,7 @@ class StaticRunner(Runner):
         self.length = past_len + k
 
     @torch.inference_mode()
-    def _run(self, step: Callable, ids, positions, mask, q: int, last_only: bool = False) -> torch.Tensor:
+    def _run(self, step: Callable, ids, positions, mask, q: int, last: int = 0) -> torch.Tensor:
         """Run `step` over w tokens written at the current length, then count the q real ones as appended."""
         width = ids.shape[0]
         if self.length + width > self.max_length:
@@ -238,7 +254,7 @@ class StaticRunner(Runner):
         mask = torch.ones(width, width, dtype=torch.bool).tril_() if mask is None else mask
         args = (ids.to(to), positions.to(to), mask.to(to), torch.tensor(self.length, device=to))
         with attention_scope(self.kernels):
-            logits = step(self, *args, last_only=True) if last_only else step(self, *args)
+            logits = step(self, *args, last=last) if last else step(self, *args)
         if not self._packed:  # the first forward (always eager) allocated the buffers: pack them before anything holds them
             self.blocks = pack_static_cache(self.cache) if self.device.type == "cpu" else None  # a GPU: see the module's docstring
             self._packed = True
