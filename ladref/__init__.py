@@ -30,8 +30,8 @@ Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
 8. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
    internals), `ladref.call` (input checks, stopping rules), `ladref.batch` (a batch of prompts:
-   every row the batch-1 loop, one forward pass for all), `ladref.rows` (a batch's inputs, row by
-   row), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the
+   every row the batch-1 loop, one forward pass for all), `ladref.rows` (a batch row by row: its
+   inputs, and the threads that decode its rows), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the
    attention-kernel choice), `ladref.types`, `ladref.models` (the embedded model), `ladref.compat`
    (clear errors for earlier call shapes).
 

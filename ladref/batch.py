@@ -1,8 +1,8 @@
 """Decoding a batch: every row runs the loop that decodes one prompt; their forward passes meet in one.
 
 Each row of a batch is decoded by exactly the code that decodes a single prompt (`run_greedy`,
-`ladref.step.run_drafting`), in a thread of its own, through a `RowRunner`: its view of one
-shared KV cache. A row's forward pass does not run at once. It waits until every unfinished row
+`ladref.step.run_drafting`), in a thread of its own (`ladref.rows.decode_rows`), through a
+`RowRunner`: its view of one shared KV cache. A row's forward pass does not run at once. It waits until every unfinished row
 has asked for one; then `BatchRunner` runs them all as ONE forward pass, each row's tokens laid
 out with its own positions and mask, padded to the widest row, and hands each row its logits.
 So there is one loop, one step and one set of keywords, and a batch of B prompts costs one
@@ -21,35 +21,21 @@ most in length: padded to the longest, short prompts would pay for the long one)
 per-request slot mapping into paged blocks and TensorRT-LLM packs ragged sequences: both avoid
 the padding that this layout pays for the clarity of one tensor.)
 
-Each row's thread runs its own torch work on one thread (`row_threads`). Row threads whose ops
-ran on OpenMP teams of their own left the process with more OpenMP threads than cores, and GNU
-OpenMP then stops spinning between parallel regions for every team, the passes' too: on a 2-core
-CPU a pass of 2 greedy rows took 106 ms beside such threads, 56 ms without them
-(benchmarks/results/load/row_threads.log).
-
 Exactness: each row's tokens, positions and mask are those of its batch-1 step, so its output
 is its batch-1 output, up to the rounding of other GEMM shapes (exact in float64).
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from transformers import DynamicCache
 
 from .kernels import attention_scope, sdpa_backends
-from .results import BatchResult, DecodeResult
-from .runner import ModelFacts, Runner, batch_forward, check_model, move_entries, stack_caches, trim_cache
-from .rows import batch_prompts, per_row, row_options
-from .types import TokenIds
-
-OneCall = Callable[[Runner | None, TokenIds, int, Mapping[str, Any]], DecodeResult]
+from .runner import ModelFacts, Runner, batch_forward, move_entries, stack_caches, trim_cache
 
 
 @dataclass
@@ -136,7 +122,7 @@ class BatchRunner:
         self.waiting: dict[RowRunner, Request] = {}
         self.passes, self.left, self.error = 0, 0, None
         self.turn = threading.Condition()  # the passes' thread waits on it
-        self.host = threading.Lock()  # held by the one row whose host work runs (`decode_rows`, `submit`)
+        self.host = threading.Lock()  # held by the one row whose host work runs (`ladref.rows.decode_rows`, `submit`)
 
     def slot(self, row: RowRunner) -> int:
         """The row's index in the cache's batch dimension (finished rows are dropped at each pass)."""
@@ -292,69 +278,3 @@ def ragged_commit_plan(lengths: Sequence[int] | torch.Tensor, past: int, widths:
     targets = torch.cat([none, *(int(n) + torch.arange(len(a)) for n, a in zip(lengths, kept))])
     # 4. Each row's new length: its committed slots plus its accepted entries.
     return rows, past + torch.cat([none, *kept]), targets, lengths + counts
-
-
-def decode_rows(model: torch.nn.Module, input_ids: TokenIds, max_new_tokens: int | Sequence[int], options: Mapping[str, Any],
-                one: OneCall) -> DecodeResult | BatchResult:
-    """``one(None, input_ids, max_new_tokens, options)`` for one prompt; for a batch, ``one`` for each
-    row, in threads, through `RowRunner`s whose forward passes `BatchRunner` runs as one.
-
-    Args:
-        one: decodes one prompt (runner None: a fresh `ModelRunner`) and returns its `DecodeResult`.
-        max_new_tokens: for a batch, one budget for every row or a list of one per row.
-
-    Returns:
-        A `DecodeResult`, or a `BatchResult` with one per row, in the batch's order.
-    """
-    prompts = batch_prompts(input_ids, options.get("attention_mask"))
-    if prompts is None:
-        return one(None, input_ids, max_new_tokens, {k: v for k, v in options.items() if k != "attention_mask"})
-    if not prompts:
-        raise ValueError("the batch is empty")
-    budgets, settings = per_row("max_new_tokens", max_new_tokens, len(prompts)), row_options(options, len(prompts))
-    batch = BatchRunner(model, check_model(model), len(prompts), options.get("attention_backend", "auto"))
-    results: list[DecodeResult | None] = [None] * len(prompts)
-    threads = torch.get_num_threads()  # the passes' (this thread's), read here first: see `row_threads`
-
-    def run(b: int) -> None:
-        error = None
-        batch.host.acquire()  # one row's host work at a time: see `BatchRunner`
-        try:
-            with torch.inference_mode(), row_threads(threads):  # thread-local: each row's thread enters them
-                results[b] = one(batch.rows[b], prompts[b], budgets[b], settings[b])
-        except BaseException as err:  # noqa: BLE001 (handed to the caller's thread below)
-            error = err
-        batch.leave(batch.rows[b], error)
-
-    rows = [threading.Thread(target=run, args=(b,), name=f"ladref-row-{b}") for b in range(len(prompts))]
-    for row in rows:
-        row.start()
-    batch.serve()  # every pass, in this thread
-    for row in rows:
-        row.join()
-    if batch.error is not None:
-        raise batch.error
-    return BatchResult(results, batch.passes)
-
-
-@contextlib.contextmanager
-def row_threads(restore: int) -> Iterator[None]:
-    """Within a row's thread: its torch ops on one thread; on leaving, torch's count back to `restore`.
-
-    torch has no per-thread setting: ``torch.set_num_threads`` sets the calling thread's OpenMP
-    thread count and the default of threads that start their first parallel op later, so the
-    caller's count (`restore`, read in the passes' thread before any row starts) is set back. The
-    thread's own count is set up first (``get_num_threads``), so that a row leaving meanwhile cannot
-    hand it the caller's.
-    """
-    torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(restore)
-
-
-def copy_for_row(proposers: Sequence[Any], runner: Runner | None) -> list[Any]:
-    """The proposers themselves for one prompt; a deep copy for each row of a batch (they hold state)."""
-    return list(proposers) if runner is None or not isinstance(runner, RowRunner) else copy.deepcopy(list(proposers))

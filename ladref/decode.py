@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 from typing_extensions import Unpack
 
-from .batch import copy_for_row, decode_rows
+from .rows import copy_for_row, decode_rows
 from .call import DecodeCall
 from .config import check_int
 from .options import DecodeOptions, accept

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from typing_extensions import Unpack
 
-from .batch import decode_rows
+from .rows import decode_rows
 from .call import DecodeCall, TokenSink
 from .options import GreedyOptions, accept
 from .results import BatchResult, DecodeResult, DecodeStats

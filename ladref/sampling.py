@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 from typing_extensions import Unpack
 
-from .batch import decode_rows
+from .rows import decode_rows
 from .call import DecodeCall
 from .options import DecodeOptions, accept
 from .results import BatchResult, DecodeResult

@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="B, the batch the row prices its steps in")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    torch.set_num_threads(1)  # as a row's thread runs (`ladref.batch.row_threads`)
+    torch.set_num_threads(1)  # as a row's thread runs (`ladref.rows.row_threads`)
     model, _ = load_default_model(device="cpu")
     surface, prompt, steps = CostSurface.load(args.surface), torch.randint(0, 49152, (500,)), 300
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from ..batch import RowRunner, copy_for_row, decode_rows
+from ..batch import RowRunner
+from ..rows import copy_for_row, decode_rows
 from ..rows import batch_prompts
 from ..call import DecodeCall
 from ..config import LookaheadConfig

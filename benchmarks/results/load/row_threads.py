@@ -1,11 +1,11 @@
-"""Why each row of a batch runs its torch work on one thread (`ladref.batch.row_threads`).
+"""Why each row of a batch runs its torch work on one thread (`ladref.rows.row_threads`).
 
 1. A forward pass of 2 rows (SmolLM2-135M, float32, 2 threads, 80 cached tokens) timed alone,
    beside 2 idle Python threads that never ran a torch op, beside 2 that ran two small ones on
    torch's default 2 threads (each then owns an OpenMP team), and beside 2 that ran them on one.
 2. ladref's batched greedy (the first 8 Spec-Bench prompts of `load_prompts("specbench", 2)`, 32
    new tokens after the first) with and without `row_threads`, in turns: ms per pass after the
-   prompts' prefill. A measurement script: "without" replaces `ladref.batch.row_threads` with a
+   prompts' prefill. A measurement script: "without" replaces `ladref.rows.row_threads` with a
    no-op for its turns; the library itself has no switch.
 
     python benchmarks/results/load/row_threads.py > benchmarks/results/load/row_threads.log
@@ -18,13 +18,13 @@ import time
 import torch
 
 torch.set_num_threads(2)
-import ladref.batch as batch_module
+import ladref.rows as rows_module
 from ladref import greedy_decode, load_default_model
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.runner import ModelFacts, cache_arg, forward_logits
 
 model, tok = load_default_model()
-ROW_THREADS = batch_module.row_threads
+ROW_THREADS = rows_module.row_threads
 
 
 def pass_ms(cache, rows: int = 2, past: int = 80, reps: int = 8) -> float:
@@ -74,7 +74,7 @@ def batched_greedy(rounds: int = 3) -> None:
     times = {}
     for rnd in range(rounds):
         for variant in (("without", "with") if rnd % 2 == 0 else ("with", "without")):
-            batch_module.row_threads = ROW_THREADS if variant == "with" else (lambda restore: contextlib.nullcontext())
+            rows_module.row_threads = ROW_THREADS if variant == "with" else (lambda restore: contextlib.nullcontext())
             for size in (2, 4, 8):
                 start = time.perf_counter()
                 greedy_decode(model, ids[:size], 1)
@@ -84,7 +84,7 @@ def batched_greedy(rounds: int = 3) -> None:
                 ms = 1e3 * (time.perf_counter() - start - prefill) / 32
                 times.setdefault((size, variant), []).append(ms)
                 print(f"   round {rnd} {variant:7s} row_threads  B={size}  {ms:6.1f}", flush=True)
-    batch_module.row_threads = ROW_THREADS
+    rows_module.row_threads = ROW_THREADS
     for size in (2, 4, 8):
         old, new = (statistics.median(times[(size, v)]) for v in ("without", "with"))
         print(f"   B={size}: without {old:6.1f} ms, with {new:6.1f} ms per pass: with/without {new / old:.2f}")
