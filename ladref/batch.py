@@ -35,7 +35,7 @@ import torch
 from transformers import DynamicCache
 
 from .kernels import attention_scope, sdpa_backends
-from .runner import ModelFacts, Runner, batch_forward, move_entries, stack_caches, trim_cache
+from .runner import ModelFacts, Runner, batch_forward, move_entries, new_cache, stack_caches, trim_cache
 
 
 @dataclass
@@ -114,7 +114,7 @@ class BatchRunner:
     """
 
     def __init__(self, model: torch.nn.Module, facts: ModelFacts, rows: int, attention_backend: str = "auto") -> None:
-        self.model, self.facts, self.cache = model, facts, DynamicCache(config=model.config)
+        self.model, self.facts, self.cache = model, facts, new_cache(model.config)
         self.kernels = sdpa_backends(attention_backend, facts.device, facts.attention)
         self.rows = [RowRunner(self, b) for b in range(rows)]
         self.live = list(self.rows)  # the rows in the cache, in its batch order

@@ -18,7 +18,7 @@ from transformers import DynamicCache
 
 from ..kernels import attention_scope
 from ..results import DecodeStats
-from ..runner import ModelFacts, Runner, batch_forward, trim_cache
+from ..runner import ModelFacts, Runner, batch_forward, new_cache, trim_cache
 
 Progress = Callable[[int, int], None]  # (passes done, passes in all)
 
@@ -122,13 +122,13 @@ def measure_batch_steps(model: torch.nn.Module, facts: ModelFacts, batch: int, w
     """As `measure_steps`, for a batch of `batch` rows that each feed q tokens over kv cached ones:
     ``seconds[i][j]``, the median time of one batched forward pass (B, q) at about ``kv_lengths[i]``.
 
-    The pass is the one a batch's step runs (`ladref.runner.batch_forward`: a shared `DynamicCache`
-    of B rows, a (B, 1, q, kv + q) additive mask); between passes the cache is cut back
+    The pass is the one a batch's step runs (`ladref.runner.batch_forward`: a shared cache of B rows,
+    `new_cache`, and a (B, 1, q, kv + q) additive mask); between passes the cache is cut back
     (`ladref.runner.trim_cache`). Same plan as `measure_steps`: one untimed pass per width first,
     then the r-th timed pass of (q, kv) at length kv + r, widths interleaved, longest first.
     """
     top = _top(facts, widths, kv_lengths, repeats)
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model.config)
 
     def timed(length: int, q: int) -> float:
         trim_cache(cache, length)
