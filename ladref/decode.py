@@ -11,12 +11,12 @@ from collections.abc import Callable, Sequence
 import torch
 from typing_extensions import Unpack
 
-from .rows import copy_for_row, decode_rows
 from .call import DecodeCall
 from .config import check_int
 from .options import DecodeOptions, accept
 from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from .results import BatchResult, DecodeResult
+from .rows import copy_for_row, decode_rows
 from .runner import Runner
 from .sampling import chooser_for
 from .step import DraftBudget, StepChoice, run_drafting

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from typing_extensions import Unpack
 
-from .rows import decode_rows
 from .call import DecodeCall, TokenSink
 from .options import GreedyOptions, accept
 from .results import BatchResult, DecodeResult, DecodeStats
+from .rows import decode_rows
 from .runner import Runner
 from .types import Budget, Prompts, TokenIds
 

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 import torch
 from typing_extensions import Unpack
 
-from .rows import decode_rows
 from .call import DecodeCall
 from .options import DecodeOptions, accept
 from .results import BatchResult, DecodeResult
+from .rows import decode_rows
 from .runner import Runner
 from .types import Budget, Prompts, TokenIds
 

@@ -16,13 +16,12 @@ import torch
 from typing_extensions import Unpack
 
 from ..batch import RowRunner
-from ..rows import copy_for_row, decode_rows
-from ..rows import batch_prompts
 from ..call import DecodeCall
 from ..config import LookaheadConfig
 from ..options import BatchCallOptions, DecodeOptions, accept
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from ..results import BatchResult, DecodeResult
+from ..rows import batch_prompts, copy_for_row, decode_rows
 from ..runner import ModelFacts, Runner
 from ..sampling import chooser_for
 from ..sources.lookahead import LookaheadProposer
