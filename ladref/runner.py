@@ -47,7 +47,7 @@ CACHE_ARGS = ("cache", "past_key_values")
 PLAIN_HEADS = frozenset({"llama", "mistral", "qwen2", "qwen3", "gpt2", "gemma", "phi", "phi3", "olmo", "stablelm",
                          "gpt_neox", "opt"})
 HEAD_ROWS = 256  # the most rows a pass computes the head for as W @ h^T (measured faster up to here on a CPU)
-SPARE = 64  # the fewest free slots a `RoomyLayer` grows by (else a quarter of its length)
+SPARE = 64  # the fewest free slots a `RoomyLayer` grows by (else an eighth of its length)
 
 
 def cache_arg(model: torch.nn.Module, params: Mapping[str, object] | None = None) -> str | None:
@@ -144,12 +144,17 @@ class RoomyLayer(DynamicLayer):
     transformers' layer appends a pass's entries by concatenation, copying the whole cache every
     pass: (B, H_kv, T, D) keys and values a layer, 9% of a batched greedy pass of 16 rows over
     760 slots on this CPU (`benchmarks/results/load/batch_profile_cpu_b16_second.log`). Here a pass
-    writes its q entries in place. The buffers grow, by a quarter or `SPARE` slots, only when full.
+    writes its q entries in place. The buffers grow, by an eighth or `SPARE` slots, only when full.
     Keys and values that ladref sets from outside (a commit's cut, a trim: views of the buffers)
     keep the buffers; any other tensor set there is copied into fresh buffers by the next pass.
     """
 
     room: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, H_kv, C, D) keys and values, C >= T
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the batch rows `indices` (copied out), letting the buffers go now rather than at the next pass."""
+        self.keys, self.values = self.keys.index_select(0, indices), self.values.index_select(0, indices)
+        self.room = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """Append (B, H_kv, q, D) keys and values; returns the (B, H_kv, T + q, D) cached ones (views)."""
@@ -173,7 +178,7 @@ class RoomyLayer(DynamicLayer):
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, t: int, length: int) -> None:
         """New buffers of `length` slots and room to spare, the t cached entries copied in."""
-        capacity = length + max(SPARE, length // 4)
+        capacity = length + max(SPARE, length // 8)
         self.room = tuple(new.new_empty((*new.shape[:2], capacity, new.shape[-1])) for new in (key_states, value_states))
         if t:
             for buffer, old in zip(self.room, (self.keys, self.values)):
@@ -476,9 +481,9 @@ def stack_caches(cache: DynamicCache, rows: Sequence[DynamicCache]) -> None:
 def trim_cache(cache: DynamicCache, length: int, rows: torch.Tensor | None = None) -> None:
     """Keep the first `length` slots of every layer, and only the batch rows `rows` (None: all)."""
     for layer in cache.layers:
-        for name in ("keys", "values"):
-            full = getattr(layer, name)[..., :length, :]
-            setattr(layer, name, full if rows is None else full.index_select(0, rows.to(full.device)))
+        layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
+        if rows is not None:
+            layer.batch_select_indices(rows.to(layer.keys.device))
 
 
 def new_static_cache(model: torch.nn.Module, max_length: int) -> StaticCache:

@@ -13,12 +13,14 @@ from transformers import DynamicLayer
 from ladref.runner import SPARE, ModelRunner, RoomyLayer, new_cache
 
 # one operation on a cache: a pass of q entries, a cut to the first n slots (a commit, a trim), keeping
-# some batch rows (a finished row leaving), or moving entries within the cache in place (a ragged commit)
+# some batch rows (set from outside, or as `trim_cache` drops a finished row), or moving entries within
+# the cache in place (a ragged commit)
 operations = st.lists(st.one_of(
     st.tuples(st.just("pass"), st.integers(1, 9)),
     st.tuples(st.just("cut"), st.integers(0, 12)),
     st.tuples(st.just("rows"), st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True)),
     st.tuples(st.just("rows"), st.permutations([0, 1, 2])),  # the same rows in another order: same shapes, new tensors
+    st.tuples(st.just("select"), st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True)),  # as `trim_cache` does
     st.tuples(st.just("move"), st.integers(0, 12), st.integers(0, 12)),
 ), max_size=30)
 
@@ -34,9 +36,12 @@ def apply(layer: DynamicLayer, operation: tuple, draw: torch.Generator) -> None:
         return
     if kind == "cut":
         layer.keys, layer.values = (t[..., : args[0], :] for t in (layer.keys, layer.values))
-    elif kind == "rows":
+    elif kind in ("rows", "select"):
         rows = torch.tensor([r for r in args[0] if r < layer.keys.shape[0]] or [0])
-        layer.keys, layer.values = (t.index_select(0, rows) for t in (layer.keys, layer.values))
+        if kind == "select":
+            layer.batch_select_indices(rows)
+        else:
+            layer.keys, layer.values = (t.index_select(0, rows) for t in (layer.keys, layer.values))
     elif layer.keys.shape[-2]:  # move: slot src to slot dst, in place, every row
         src, dst = (min(a, layer.keys.shape[-2] - 1) for a in args)
         for t in (layer.keys, layer.values):
@@ -65,7 +70,7 @@ def test_passes_write_in_place_and_the_buffers_grow_only_when_full():
         assert layer.room is buffers and keys.data_ptr() == buffers[0].data_ptr()  # no copy: a view of the same buffer
     layer.update(torch.ones(shape), torch.ones(shape))  # full: new buffers
     assert layer.room is not buffers and layer.get_seq_length() == SPARE + 2
-    assert layer.room[0].shape[-2] == SPARE + 2 + SPARE  # a quarter of 66 is less than SPARE
+    assert layer.room[0].shape[-2] == SPARE + 2 + SPARE  # an eighth of 66 is less than SPARE
 
 
 def test_a_tensor_set_from_outside_is_never_taken_for_the_buffers_even_when_it_looks_like_them():
