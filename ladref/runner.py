@@ -143,7 +143,7 @@ class RoomyLayer(DynamicLayer):
 
     transformers' layer appends a pass's entries by concatenation, copying the whole cache every
     pass: (B, H_kv, T, D) keys and values a layer, 9% of a batched greedy pass of 16 rows over
-    760 slots on this CPU (`benchmarks/results/load/batch_profile_cpu_b16_second.log`). Here a pass
+    760 slots on a 2-core CPU (`benchmarks/results/load/batch_profile_cpu_b16_second.log`). Here a pass
     writes its q entries in place. The buffers grow, by an eighth or `SPARE` slots, only when full.
     Keys and values that ladref sets from outside (a commit's cut, a trim: views of the buffers)
     keep the buffers; any other tensor set there is copied into fresh buffers by the next pass.
