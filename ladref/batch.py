@@ -2,9 +2,10 @@
 
 Each row of a batch is decoded by exactly the code that decodes a single prompt (`run_greedy`,
 `ladref.step.run_drafting`), in a thread of its own (`ladref.rows.decode_rows`), through a
-`RowRunner`: its view of one shared KV cache. A row's forward pass does not run at once. It waits until every unfinished row
-has asked for one; then `BatchRunner` runs them all as ONE forward pass, each row's tokens laid
-out with its own positions and mask, padded to the widest row, and hands each row its logits.
+`RowRunner`: its view of one shared KV cache. A row's forward pass does not run at once. It
+waits until every unfinished row has asked for one; then `BatchRunner` runs them all as ONE
+forward pass, each row's tokens laid out with its own positions and mask, padded to the widest
+row, and hands each row its logits.
 So there is one loop, one step and one set of keywords, and a batch of B prompts costs one
 forward pass per step of its slowest row, not B.
 
