@@ -160,7 +160,6 @@ class RoomyLayer(DynamicLayer):
         """Append (B, H_kv, q, D) keys and values; returns the (B, H_kv, T + q, D) cached ones (views)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-            self.room = None
         t, q = self.get_seq_length(), key_states.shape[-2]
         if not self._holds(key_states, t + q):
             self._grow(key_states, value_states, t, t + q)
@@ -263,8 +262,8 @@ class Runner:
         """Cache the prompt's K/V except its last token, which becomes the first step's input.
 
         Every drafting decoder starts this way, so that each step (Jacobi or lookahead) feeds the
-        current token and its guesses together. Runners whose `forward` runs any width (`ModelRunner`,
-        `ladref.batch.RowRunner`) share this one; a static runner has its own.
+        current token and its guesses together. Every runner shares this one; how a prompt's own pass
+        runs is the runner's `run_prompt`.
 
         Args:
             prompt: (L,) prompt ids.
@@ -279,7 +278,7 @@ class Runner:
         if prompt.shape[0] > 1 and defer:
             self.pending = prompt[:-1].cpu()
         elif prompt.shape[0] > 1:
-            self.forward(prompt[:-1], keep=torch.tensor([0]))
+            self.run_prompt(prompt[:-1])
         stats.prefill_tokens = prompt.shape[0] - 1
         return int(prompt[-1])
 
@@ -295,7 +294,11 @@ class Runner:
             (V,) logits after the prompt's last token.
         """
         stats.prefill_tokens, self.pending = prompt.shape[0] - 1, None
-        return self.forward(prompt, keep=torch.tensor([prompt.shape[0] - 1]))[-1]
+        return self.run_prompt(prompt)[-1]
+
+    def run_prompt(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One pass caching (L,) `tokens` at the start of a call; returns the (1, V) logits after the last."""
+        return self.forward(tokens, keep=torch.tensor([tokens.shape[0] - 1]))
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
                 keep: torch.Tensor | None = None) -> torch.Tensor:

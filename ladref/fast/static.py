@@ -177,21 +177,19 @@ class StaticRunner(Runner):
         return super().details() + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
-        """As `Runner.prefill_whole`, uncompiled (the prompt's length changes from call to call)."""
+        """Start a new call (`reset`), then `Runner.prefill_whole`."""
         self.reset()
-        stats.prefill_tokens = prompt.shape[0] - 1
-        return self._run(static_step, prompt, torch.arange(prompt.shape[0]), None, prompt.shape[0], last=1)[0]
+        return super().prefill_whole(prompt, stats)
 
     def prefill(self, prompt: torch.Tensor, stats: DecodeStats, defer: bool = False) -> int:
-        """Start a new call, then cache the prompt but its last token, uncompiled: at once, or with
-        `defer` in the first step's pass (`Runner.prefill`), which then runs uncompiled too."""
+        """Start a new call (`reset`), then `Runner.prefill`: with `defer`, the first step's pass runs
+        uncompiled, at its own width (`_with_prompt`)."""
         self.reset()
-        if prompt.shape[0] > 1 and defer:
-            self.pending = prompt[:-1].cpu()
-        elif prompt.shape[0] > 1:
-            self._run(static_step, prompt[:-1], torch.arange(prompt.shape[0] - 1), None, prompt.shape[0] - 1, last=1)
-        stats.prefill_tokens = prompt.shape[0] - 1
-        return int(prompt[-1])
+        return super().prefill(prompt, stats, defer)
+
+    def run_prompt(self, tokens: torch.Tensor) -> torch.Tensor:
+        """As `Runner.run_prompt`, uncompiled (the prompt's length changes from call to call)."""
+        return self._run(static_step, tokens, torch.arange(tokens.shape[0]), None, tokens.shape[0], last=1)
 
     @torch.inference_mode()  # the compiled steps' inputs are always inference tensors (a guard checks it)
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
