@@ -4,8 +4,8 @@ Everything model-specific lives here: the prompt prefill, the forward pass with 
 additive mask and explicit position ids (on a CPU, a pass of several rows computes the output
 head itself: `forward_logits`), and the KV-cache commit that keeps an accepted
 verification branch by gathering its keys/values; and the static-cache primitives that
-`ladref.fast.static.StaticRunner` builds its constant-shape steps from. The rest of ladref only sees
-runners.
+`ladref.fast.static.StaticRunner` builds its constant-shape steps from, with the attention they
+run (`shared_kv_scope`). The rest of ladref only sees runners.
 
 Facts this module relies on (transformers 5.x):
   * a 4-D float mask of shape (1, 1, q, past + q) is passed to attention as-is; a *bool* 4-D mask
@@ -17,7 +17,10 @@ Facts this module relies on (transformers 5.x):
     empty one computes no logits), and ``hidden_states[-1]`` of ``output_hidden_states=True`` is
     the last hidden state after the final norm, the head's input (`forward_logits`);
   * a `StaticCache` layer writes a step at its `cumulative_length` counter, and marks its
-    buffers as *unguarded* static addresses (see `guard_static_cache` for why that matters).
+    buffers as *unguarded* static addresses (see `guard_static_cache` for why that matters);
+  * SDPA attention copies each key/value head once per query head (`repeat_kv`) for a pass of
+    several tokens with a mask; an attention function registered with `AttentionInterface` and
+    named in ``config._attn_implementation`` replaces it (`shared_kv_attention`, `shared_kv_scope`).
 
 Every forward runs inside the runner's scoped SDPA kernel choice (`ladref.kernels`): a lookahead
 step has a new shape at every step, and a kernel that plans per shape would pay for it each time.
@@ -25,12 +28,15 @@ step has a new shape at every step, and a kernel that plans per shape would pay 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, DynamicLayer, StaticCache
+import torch.nn.functional as F
+from transformers import AttentionInterface, DynamicCache, DynamicLayer, StaticCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from .kernels import SMALL_ROWS, attention_scope, linear_scope, sdpa_backends
 from .masks import prepend_prompt, to_additive
@@ -48,6 +54,7 @@ PLAIN_HEADS = frozenset({"llama", "mistral", "qwen2", "qwen3", "gpt2", "gemma", 
                          "gpt_neox", "opt"})
 HEAD_ROWS = 256  # the most rows a pass computes the head for as W @ h^T (measured faster up to here on a CPU)
 SPARE = 64  # the fewest free slots a `RoomyLayer` grows by (else an eighth of its length)
+SHARED_KV = "ladref_shared_kv_sdpa"  # the name `shared_kv_scope` registers `shared_kv_attention` under
 
 
 def cache_arg(model: torch.nn.Module, params: Mapping[str, object] | None = None) -> str | None:
@@ -192,6 +199,55 @@ def new_cache(config: object) -> DynamicCache:
     if cache.layer_class_to_replicate is not None:  # a config that names no layers: they are made at the first pass
         cache.layer_class_to_replicate = RoomyLayer
     return cache
+
+
+def shared_kv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attention_mask: torch.Tensor | None, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention, but for a pass with a mask each key/value head serves its group
+    of query heads inside SDPA (``enable_gqa``), not copied once per query head (`repeat_kv`).
+
+    transformers shares them only for a pass without a mask; with ladref's mask it copies the whole
+    cache of every layer, H / H_kv times, before attending: over a static cache of M slots that is
+    every slot, whatever the length (SmolLM2-135M, 3 key/value heads for 9: 4.7 MB written a layer
+    over 1,024 slots). torch's CPU flash kernel reads the shared heads directly, with the same result
+    (bitwise, on this model).
+
+    Args:
+        query: (B, H, q, D); key, value: (B, H_kv, T, D); attention_mask: (B, 1, q, T) additive.
+
+    Returns:
+        (B, q, H, D) attention output, and no weights.
+    """
+    if attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or kwargs.get("softcap") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=kwargs.get("dropout", 0.0),
+                                         scale=kwargs.get("scaling"), enable_gqa=True)  # (B, H, q, D)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def shares_kv_heads(model: torch.nn.Module, facts: ModelFacts) -> bool:
+    """Whether `shared_kv_scope` changes how `model` attends: a CPU model on SDPA attention with fewer
+    key/value heads than query heads."""
+    config = model.config.get_text_config()
+    grouped = getattr(config, "num_key_value_heads", None) not in (None, getattr(config, "num_attention_heads", None))
+    return facts.attention == "sdpa" and facts.device.type == "cpu" and grouped
+
+
+@contextlib.contextmanager
+def shared_kv_scope(model: torch.nn.Module, facts: ModelFacts):
+    """Within: `model` attends with `shared_kv_attention` where `shares_kv_heads`; any other model
+    attends as it is. The config's attention implementation (which its sub-configs follow) is set
+    on entering and restored on leaving: about 50 microseconds, so every pass of a static runner
+    runs inside it."""
+    if not shares_kv_heads(model, facts):
+        yield
+        return
+    AttentionInterface.register(SHARED_KV, shared_kv_attention)
+    model.config._attn_implementation = SHARED_KV
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = "sdpa"
 
 
 class Runner:

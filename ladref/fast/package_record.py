@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import transformers
 
-FORMAT = "ladref.package/2"
+FORMAT = "ladref.package/3"
 PACKAGE_FILE = re.compile(r"step-w\d+(-\d+)?-[0-9a-f]{32}\.pt2")
 """The names of ladref's packages; beside each, its ``.lock`` and, while it is built, ``.<stem>.*.part.pt2``."""
 

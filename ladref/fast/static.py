@@ -32,7 +32,8 @@ from ..kernels import attention_scope
 from ..masks import static_additive
 from ..results import DecodeStats
 from ..runner import (Runner, gather_block_slots, gather_static_slots, guard_static_cache, new_static_cache,
-                     pack_static_cache, set_static_length, static_cache_ready, static_forward)
+                     pack_static_cache, set_static_length, shared_kv_scope, shares_kv_heads, static_cache_ready,
+                     static_forward)
 from .compiling import check_mode, check_widths, compile_own, compile_scope
 from .package_record import weights_digest
 from .precompiled import check_compile_dir, packaged_step
@@ -173,8 +174,10 @@ class StaticRunner(Runner):
         self.reset()
 
     def details(self) -> list[str]:
-        """The kernels, and what a static step attends over: every one of its max_length slots."""
-        return super().details() + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
+        """The kernels, what a static step attends over (every one of its max_length slots), and how
+        (key/value heads shared by their query heads: `ladref.runner.shared_kv_scope`)."""
+        shared = ["kv_heads=shared"] if shares_kv_heads(self.model, self.facts) else []
+        return super().details() + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"] + shared
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
         """Start a new call (`reset`), then `Runner.prefill_whole`."""
@@ -251,7 +254,7 @@ class StaticRunner(Runner):
         to = self.device
         mask = torch.ones(width, width, dtype=torch.bool).tril_() if mask is None else mask
         args = (ids.to(to), positions.to(to), mask.to(to), torch.tensor(self.length, device=to))
-        with attention_scope(self.kernels):
+        with attention_scope(self.kernels), shared_kv_scope(self.model, self.facts):
             logits = step(self, *args, last=last) if last else step(self, *args)
         if not self._packed:  # the first forward (always eager) allocated the buffers: pack them before anything holds them
             self.blocks = pack_static_cache(self.cache) if self.device.type == "cpu" else None  # a GPU: see the module's docstring

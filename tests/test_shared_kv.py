@@ -1,0 +1,79 @@
+"""Attention with shared key/value heads (`ladref.runner.shared_kv_attention`, `shared_kv_scope`): the
+attention a masked pass computes, without copying the cache once per query head."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from families import build_family, family_model
+from transformers import DynamicCache
+
+from ladref.fast.static import StaticRunner
+from ladref.runner import SHARED_KV, cache_arg, check_model, shared_kv_attention, shared_kv_scope
+
+
+def reference_attention(query, key, value, mask, scale):
+    """softmax(Q K^T scale + mask) V, each key/value head repeated for its group of query heads: (B, q, H, D)."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    weights = torch.softmax(query @ key.transpose(-1, -2) * scale + mask, dim=-1)
+    return (weights @ value).transpose(1, 2)
+
+
+@pytest.mark.parametrize("q", [1, 3, 8])
+def test_shared_heads_compute_the_attention_of_repeated_heads(q):
+    draw = torch.Generator().manual_seed(q)
+    model = family_model("llama")
+    module = model.model.layers[0].self_attn  # 4 query heads, 2 key/value heads
+    query = torch.randn(1, 4, q, 8, generator=draw, dtype=torch.float64)
+    key, value = (torch.randn(1, 2, 20, 8, generator=draw, dtype=torch.float64) for _ in range(2))
+    allowed = torch.rand(q, 20, generator=draw) < 0.6
+    allowed[:, 0] = True  # every query sees something
+    mask = torch.zeros(1, 1, q, 20, dtype=torch.float64).masked_fill_(~allowed, torch.finfo(torch.float64).min)
+    out, weights = shared_kv_attention(module, query, key, value, mask, dropout=0.0, scaling=0.3)
+    assert weights is None and out.shape == (1, q, 4, 8)
+    torch.testing.assert_close(out, reference_attention(query, key, value, mask, 0.3), rtol=1e-12, atol=1e-12)
+    # the query heads 0, 1 share key/value head 0: with heads paired the other way the result differs
+    paired = torch.cat([key[:, 1:], key[:, :1]], dim=1)
+    assert not torch.allclose(out, reference_attention(query, paired, value, mask, 0.3))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_a_model_in_the_scope_attends_with_shared_heads_and_computes_the_same(family):
+    model = build_family(family)
+    facts = check_model(model)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9]])
+    allowed = torch.ones(6, 6, dtype=torch.bool).tril_()
+    allowed[4, 2] = False  # a mask no causal flag expresses: transformers copies the heads for it
+    mask = torch.zeros(1, 1, 6, 6, dtype=torch.float64).masked_fill_(~allowed, torch.finfo(torch.float64).min)
+    inputs = dict(input_ids=ids, position_ids=torch.arange(6)[None], attention_mask=mask)
+    with torch.no_grad():
+        plain = model(**inputs, **{cache_arg(model): DynamicCache(config=model.config)}).logits
+        with shared_kv_scope(model, facts):
+            assert model.config._attn_implementation == SHARED_KV
+            shared = model(**inputs, **{cache_arg(model): DynamicCache(config=model.config)}).logits
+    assert model.config._attn_implementation == "sdpa"  # restored
+    torch.testing.assert_close(shared, plain, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("family, attn", [("gpt2", "sdpa"), ("llama", "eager")])
+def test_the_scope_leaves_other_models_as_they_are(family, attn):
+    """A model with one key/value head per query head (GPT-2), or on eager attention, attends as it is."""
+    model = build_family(family, attn=attn)
+    with shared_kv_scope(model, check_model(model)):
+        assert model.config._attn_implementation == attn
+    assert model.config._attn_implementation == attn
+
+
+def test_the_scope_restores_the_model_when_the_pass_fails():
+    model = build_family("llama")
+    with pytest.raises(RuntimeError, match="inside"), shared_kv_scope(model, check_model(model)):
+        raise RuntimeError("inside")
+    assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("family, shared", [("llama", True), ("gpt2", False)])
+def test_a_static_runners_timings_name_how_it_attends(family, shared):
+    """Cost curves measured through steps that copied the heads are not reused for steps that share them."""
+    runner = StaticRunner(family_model(family), 32)
+    assert ("kv_heads=shared" in runner.details()) == shared
