@@ -7,7 +7,7 @@ embedding, the cache update, scaled-dot-product attention over the cache), the r
 embedding, the runner's own host work: masks, positions, picking logits). Each part is set beside
 the least time this machine's memory and arithmetic allow it: max(bytes read / bandwidth, FLOPs /
 GEMM rate), both measured in the same run (`machine_roofline`). The whole step of a compiled package (``--compile-dir``: a `StaticRunner` loading the
-packages an earlier process built) is timed beside it: its parts cannot be clocked.
+packages an earlier process built) is timed beside it; `scripts/compiled_breakdown.py` clocks its parts.
 
     python scripts/step_breakdown.py --compile-dir DIR --max-length 1404 --out benchmarks/results/step_breakdown
 

@@ -177,7 +177,7 @@ class StaticRunner(Runner):
         """The kernels, what a static step attends over (every one of its max_length slots), and how
         (key/value heads shared by their query heads: `ladref.runner.shared_kv_scope`)."""
         shared = ["kv_heads=shared"] if shares_kv_heads(self.model, self.facts) else []
-        return super().details() + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"] + shared
+        return super().details() + shared + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
         """Start a new call (`reset`), then `Runner.prefill_whole`."""
