@@ -23,7 +23,6 @@ Every timing: medians over interleaved repeats.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -39,7 +38,7 @@ from ladref.fast.static import StaticRunner
 from ladref.results import DecodeStats
 
 sys.path.insert(0, str(Path(__file__).parent))
-from step_breakdown import machine_roofline  # noqa: E402  (a sibling script)
+from step_breakdown import machine_roofline, save  # noqa: E402  (a sibling script)
 
 KV, WIDTHS = 512, (1, 2, 3, 4, 8)
 # a kernel's part, from the operations in its name (the first that matches); GEMMs by their shape (`gemm_part`)
@@ -145,16 +144,9 @@ def main() -> None:
         f"{walls[q] - sum(kernels[q].values()):.2f}" for q in WIDTHS) + " | |")
     lines.append("| **whole step (wall, no profiler)** | " + " | ".join(f"**{walls[q]:.2f}**" for q in WIDTHS) + " | "
                  + f"{sum(bounds[WIDTHS[0]].values()):.2f} |")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        meta = {"kv": KV, "repeats": args.repeats, "threads": 2, "bandwidth_bytes_per_s": bandwidth, "gemm_flops_per_s": gemm,
-                "torch": torch.__version__, "widths": WIDTHS}
-        (out / "compiled_breakdown.json").write_text(json.dumps(
-            {"meta": meta, "kernel_ms": kernels, "wall_ms": walls, "least_ms": bounds}, indent=1) + "\n")
-        (out / "compiled_breakdown.md").write_text(table + "\n")
+    meta = {"kv": KV, "repeats": args.repeats, "threads": 2, "bandwidth_bytes_per_s": bandwidth, "gemm_flops_per_s": gemm,
+            "torch": torch.__version__, "widths": WIDTHS}
+    save(args.out, "compiled_breakdown", "\n".join(lines), {"meta": meta, "kernel_ms": kernels, "wall_ms": walls, "least_ms": bounds})
 
 
 if __name__ == "__main__":

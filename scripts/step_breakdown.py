@@ -150,16 +150,20 @@ def main() -> None:
     if compiled:
         lines.append("| **compiled package, whole step** | " + " | ".join(
             f"{compiled[q]:.1f} | {bounds[q]['whole step']:.1f} | {compiled[q] / bounds[q]['whole step']:.1f}" for q in WIDTHS) + " |")
-    table = "\n".join(lines)
+    meta = {"kv": KV, "repeats": args.repeats, "threads": 2, "bandwidth_bytes_per_s": bandwidth, "gemm_flops_per_s": gemm,
+            "torch": torch.__version__, "compile_dir": bool(args.compile_dir)}
+    save(args.out, "step_breakdown", "\n".join(lines), {"meta": meta, "eager_ms": parts, "eager_unclocked_ms": plain,
+                                                        "roofline_ms": bounds, "compiled_ms": compiled})
+
+
+def save(folder: str | None, stem: str, table: str, data: dict) -> None:
+    """Print the markdown `table`; with a `folder`, write it there as <stem>.md and `data` as <stem>.json."""
     print(table)
-    if args.out:
-        out = Path(args.out)
+    if folder:
+        out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        meta = {"kv": KV, "repeats": args.repeats, "threads": 2, "bandwidth_bytes_per_s": bandwidth, "gemm_flops_per_s": gemm,
-                "torch": torch.__version__, "compile_dir": bool(args.compile_dir)}
-        (out / "step_breakdown.json").write_text(json.dumps({"meta": meta, "eager_ms": parts, "eager_unclocked_ms": plain, "roofline_ms": bounds,
-                                                             "compiled_ms": compiled}, indent=1) + "\n")
-        (out / "step_breakdown.md").write_text(table + "\n")
+        (out / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
+        (out / f"{stem}.md").write_text(table + "\n")
 
 
 if __name__ == "__main__":
