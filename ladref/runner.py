@@ -206,11 +206,13 @@ def shared_kv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
     """transformers' SDPA attention, but for a pass with a mask each key/value head serves its group
     of query heads inside SDPA (``enable_gqa``), not copied once per query head (`repeat_kv`).
 
-    transformers shares them only for a pass without a mask; with ladref's mask it copies the whole
-    cache of every layer, H / H_kv times, before attending: over a static cache of M slots that is
-    every slot, whatever the length (SmolLM2-135M, 3 key/value heads for 9: 4.7 MB written a layer
-    over 1,024 slots). torch's CPU flash kernel reads the shared heads directly, with the same result
-    (bitwise, on this model).
+    transformers shares them only for a pass without a mask (and, outside torch.compile and export,
+    a one-token pass); with ladref's mask it copies the whole cache of every layer, H / H_kv times,
+    before attending: over a static cache of M slots that is every slot, whatever the length
+    (SmolLM2-135M, 3 key/value heads for 9: 4.7 MB written a layer over 1,024 slots). torch's CPU
+    flash kernel reads the shared heads directly, with the same result (bitwise, for SmolLM2-135M's
+    compiled steps). A pass without a mask, or with a position bias or soft-capping, is
+    transformers' own.
 
     Args:
         query: (B, H, q, D); key, value: (B, H_kv, T, D); attention_mask: (B, 1, q, T) additive.
@@ -218,7 +220,8 @@ def shared_kv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
     Returns:
         (B, q, H, D) attention output, and no weights.
     """
-    if attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or kwargs.get("softcap") is not None:
+    own = kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None
+    if attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or own:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=kwargs.get("dropout", 0.0),
                                          scale=kwargs.get("scaling"), enable_gqa=True)  # (B, H, q, D)
