@@ -81,6 +81,8 @@ class ModelFacts:
             a linear layer (where it was measured faster).
         small_linears: whether a pass of a few rows computes its linear layers as W @ x^T
             (`ladref.kernels.linear_scope`): a float32 / float64 CPU model (where it was measured faster).
+        shared_kv: whether `shared_kv_scope` changes how it attends: a CPU model on SDPA attention
+            with fewer key/value heads than query heads.
     """
 
     vocab_size: int
@@ -91,6 +93,7 @@ class ModelFacts:
     keeps_logits: bool = False
     own_head: bool = False
     small_linears: bool = False
+    shared_kv: bool = False
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> "ModelFacts":
@@ -106,8 +109,10 @@ class ModelFacts:
         small = param.device.type == "cpu" and param.dtype in (torch.float32, torch.float64)
         own_head = (keeps and small and getattr(config, "model_type", None) in PLAIN_HEADS
                     and isinstance(model.get_output_embeddings(), torch.nn.Linear))
-        return cls(model.get_input_embeddings().num_embeddings, param.device, param.dtype, context,
-                   getattr(config, "_attn_implementation", None), keeps, own_head, small)
+        attention, text = getattr(config, "_attn_implementation", None), config.get_text_config()
+        grouped = getattr(text, "num_key_value_heads", None) not in (None, getattr(text, "num_attention_heads", None))
+        return cls(model.get_input_embeddings().num_embeddings, param.device, param.dtype, context, attention, keeps,
+                   own_head, small, attention == "sdpa" and param.device.type == "cpu" and grouped)
 
 
 def check_model(model: object) -> ModelFacts:
@@ -228,21 +233,13 @@ def shared_kv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
     return out.transpose(1, 2).contiguous(), None
 
 
-def shares_kv_heads(model: torch.nn.Module, facts: ModelFacts) -> bool:
-    """Whether `shared_kv_scope` changes how `model` attends: a CPU model on SDPA attention with fewer
-    key/value heads than query heads."""
-    config = model.config.get_text_config()
-    grouped = getattr(config, "num_key_value_heads", None) not in (None, getattr(config, "num_attention_heads", None))
-    return facts.attention == "sdpa" and facts.device.type == "cpu" and grouped
-
-
 @contextlib.contextmanager
 def shared_kv_scope(model: torch.nn.Module, facts: ModelFacts):
-    """Within: `model` attends with `shared_kv_attention` where `shares_kv_heads`; any other model
+    """Within: `model` attends with `shared_kv_attention` where ``facts.shared_kv``; any other model
     attends as it is. The config's attention implementation (which its sub-configs follow) is set
     on entering and restored on leaving: about 50 microseconds, so every pass of a static runner
     runs inside it."""
-    if not shares_kv_heads(model, facts):
+    if not facts.shared_kv:
         yield
         return
     AttentionInterface.register(SHARED_KV, shared_kv_attention)

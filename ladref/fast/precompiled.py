@@ -33,8 +33,7 @@ from pathlib import Path
 
 import torch
 
-from ..kernels import attention_scope
-from ..runner import shared_kv_scope, static_cache_buffers
+from ..runner import static_cache_buffers
 from .package_record import package_name, package_problem, package_record
 
 try:
@@ -128,7 +127,7 @@ def build_package(runner, path: Path, step: Callable, record: dict[str, str]) ->
     handle, part = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".part.pt2", dir=path.parent)  # torch wants .pt2
     os.close(handle)
     try:
-        with torch.no_grad(), attention_scope(runner.kernels), shared_kv_scope(runner.model, runner.facts):
+        with torch.no_grad(), runner.attending():  # the attention its eager passes run
             step(scratch, example[0][:1], example[1][:1], example[2][:1, :1], example[3])  # allocates its cache buffers
             program = torch.export.export(ExportedStep(step, scratch), example, dynamic_shapes=dynamic, strict=True)
             torch._inductor.aoti_compile_and_package(program, package_path=part, inductor_configs=configs)

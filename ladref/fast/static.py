@@ -21,6 +21,7 @@ H200: with the packed cache, CUDA graphs were skipped there ("mutated inputs", a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -32,8 +33,7 @@ from ..kernels import attention_scope
 from ..masks import static_additive
 from ..results import DecodeStats
 from ..runner import (Runner, gather_block_slots, gather_static_slots, guard_static_cache, new_static_cache,
-                     pack_static_cache, set_static_length, shared_kv_scope, shares_kv_heads, static_cache_ready,
-                     static_forward)
+                     pack_static_cache, set_static_length, shared_kv_scope, static_cache_ready, static_forward)
 from .compiling import check_mode, check_widths, compile_own, compile_scope
 from .package_record import weights_digest
 from .precompiled import check_compile_dir, packaged_step
@@ -176,7 +176,7 @@ class StaticRunner(Runner):
     def details(self) -> list[str]:
         """The kernels, what a static step attends over (every one of its max_length slots), and how
         (key/value heads shared by their query heads: `ladref.runner.shared_kv_scope`)."""
-        shared = ["kv_heads=shared"] if shares_kv_heads(self.model, self.facts) else []
+        shared = ["kv_heads=shared"] if self.facts.shared_kv else []
         return super().details() + shared + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
@@ -245,6 +245,14 @@ class StaticRunner(Runner):
         static_commit(self, src.to(to), dst.to(to), torch.tensor(past_len + k, device=to))
         self.length = past_len + k
 
+    @contextlib.contextmanager
+    def attending(self):
+        """What every pass of this runner runs inside, eager or traced for a package: its SDPA kernels
+        (`ladref.kernels.attention_scope`) and key/value heads shared by their query heads
+        (`ladref.runner.shared_kv_scope`)."""
+        with attention_scope(self.kernels), shared_kv_scope(self.model, self.facts):
+            yield
+
     @torch.inference_mode()
     def _run(self, step: Callable, ids, positions, mask, q: int, last: int = 0) -> torch.Tensor:
         """Run `step` over w tokens written at the current length, then count the q real ones as appended."""
@@ -254,7 +262,7 @@ class StaticRunner(Runner):
         to = self.device
         mask = torch.ones(width, width, dtype=torch.bool).tril_() if mask is None else mask
         args = (ids.to(to), positions.to(to), mask.to(to), torch.tensor(self.length, device=to))
-        with attention_scope(self.kernels), shared_kv_scope(self.model, self.facts):
+        with self.attending():
             logits = step(self, *args, last=last) if last else step(self, *args)
         if not self._packed:  # the first forward (always eager) allocated the buffers: pack them before anything holds them
             self.blocks = pack_static_cache(self.cache) if self.device.type == "cpu" else None  # a GPU: see the module's docstring
