@@ -237,8 +237,8 @@ def shared_kv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
 def shared_kv_scope(model: torch.nn.Module, facts: ModelFacts):
     """Within: `model` attends with `shared_kv_attention` where ``facts.shared_kv``; any other model
     attends as it is. The config's attention implementation (which its sub-configs follow) is set
-    on entering and restored on leaving: about 50 microseconds, so every pass of a static runner
-    runs inside it."""
+    on entering and restored on leaving (attribute writes, no walk over the modules), so every pass
+    of a static runner runs inside it."""
     if not facts.shared_kv:
         yield
         return
