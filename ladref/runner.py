@@ -19,8 +19,9 @@ Facts this module relies on (transformers 5.x):
   * a `StaticCache` layer writes a step at its `cumulative_length` counter, and marks its
     buffers as *unguarded* static addresses (see `guard_static_cache` for why that matters);
   * SDPA attention copies each key/value head once per query head (`repeat_kv`) for a pass of
-    several tokens with a mask; an attention function registered with `AttentionInterface` and
-    named in ``config._attn_implementation`` replaces it (`shared_kv_attention`, `shared_kv_scope`).
+    several tokens with a mask, and a `StaticCache` layer hands it all its slots; an attention
+    function registered with `AttentionInterface` and named in ``config._attn_implementation``
+    replaces it (`shared_kv_attention`, `shared_kv_scope`: heads shared, slots cut to the mask's).
 
 Every forward runs inside the runner's scoped SDPA kernel choice (`ladref.kernels`): a lookahead
 step has a new shape at every step, and a kernel that plans per shape would pay for it each time.
@@ -82,7 +83,8 @@ class ModelFacts:
         small_linears: whether a pass of a few rows computes its linear layers as W @ x^T
             (`ladref.kernels.linear_scope`): a float32 / float64 CPU model (where it was measured faster).
         shared_kv: whether `shared_kv_scope` changes how it attends: a CPU model on SDPA attention
-            with fewer key/value heads than query heads.
+            with fewer key/value heads than query heads (its static steps also attend over the
+            slots they use only: `ladref.fast.static.StaticRunner.span`).
     """
 
     vocab_size: int
@@ -219,12 +221,18 @@ def shared_kv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
     compiled steps). A pass without a mask, or with a position bias or soft-capping, is
     transformers' own.
 
+    A mask narrower than the keys attends over the keys' first n slots only: a static cache of M
+    slots hands every layer all M, and a step that has cached fewer needs only the first
+    length + w (`ladref.fast.static.StaticRunner.span`); attention's cost grows with the slots.
+
     Args:
-        query: (B, H, q, D); key, value: (B, H_kv, T, D); attention_mask: (B, 1, q, T) additive.
+        query: (B, H, q, D); key, value: (B, H_kv, T, D); attention_mask: (B, 1, q, n) additive, n <= T.
 
     Returns:
         (B, q, H, D) attention output, and no weights.
     """
+    if attention_mask is not None:  # a static step's span (`StaticRunner.span`): the first n slots (all: a view of them)
+        key, value = key[:, :, :attention_mask.shape[-1]], value[:, :, :attention_mask.shape[-1]]  # no test of n: one program
     own = kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None
     if attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or own:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -637,7 +645,8 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
         cache: the static KV cache of M slots.
         input_ids: (q,) token ids.
         position_ids: (q,) absolute positions.
-        mask: (1, 1, q, M) additive mask over the cache's M slots (`ladref.masks.static_additive`).
+        mask: (1, 1, q, n) additive mask over the cache's first n <= M slots (`ladref.masks.static_additive`;
+            n < M only inside `shared_kv_scope`, which cuts the keys to it).
         cache_position: (q,) the slots the step's keys/values are written to.
         last: compute the logits of the last `last` positions only (0: all q; 1: a prompt prefill).
 

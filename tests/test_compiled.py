@@ -147,7 +147,7 @@ def test_a_frozen_graph_is_not_reused_for_another_cache():
     for runner, prompt in zip(runners, (PROMPT, [5, 4, 6, 5, 4])):
         runner.prefill(torch.tensor(prompt), DecodeStats())
     step = torch.compile(static_step, fullgraph=True)  # one code object for both runners
-    args = (torch.tensor([3]), torch.tensor([9]), torch.ones(1, 1, dtype=torch.bool), torch.tensor(9))
+    args = (torch.tensor([3]), torch.tensor([9]), torch.ones(1, 1, dtype=torch.bool), torch.tensor(9), torch.arange(32))
     with compile_scope("max-autotune"), torch.inference_mode():
         for runner in runners:
             guard_static_cache(runner.cache)

@@ -1,15 +1,18 @@
 """Attention with shared key/value heads (`ladref.runner.shared_kv_attention`, `shared_kv_scope`): the
-attention a masked pass computes, without copying the cache once per query head."""
+attention a masked pass computes, without copying the cache once per query head; and a static
+step that attends over the slots it uses only (`StaticRunner.span`)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from families import build_family, family_model
+from strategies import build_tiny
 from transformers import DynamicCache
 
 from ladref.fast.static import StaticRunner
-from ladref.runner import SHARED_KV, cache_arg, check_model, shared_kv_attention, shared_kv_scope
+from ladref.results import DecodeStats
+from ladref.runner import SHARED_KV, ModelRunner, cache_arg, check_model, shared_kv_attention, shared_kv_scope
 
 
 def reference_attention(query, key, value, mask, scale):
@@ -77,3 +80,54 @@ def test_a_static_runners_timings_name_how_it_attends(family, shared):
     """Cost curves measured through steps that copied the heads are not reused for steps that share them."""
     runner = StaticRunner(family_model(family), 32)
     assert ("kv_heads=shared" in runner.details()) == shared
+    assert ("span=used" in runner.details()) == shared  # its steps attend over the slots they use (`span`)
+
+
+def poison_past_span(runner: StaticRunner, width: int) -> None:
+    """NaN in every static slot past the next step's span (length + width), keys and values of every layer."""
+    with torch.inference_mode():  # the buffers are inference tensors
+        for layer in runner.cache.layers:
+            layer.keys[..., runner.length + width:, :] = float("nan")
+            layer.values[..., runner.length + width:, :] = float("nan")
+
+
+PROMPT, STEP = torch.tensor([3, 1, 4, 1, 5, 9]), torch.tensor([2, 6, 5])
+
+
+@pytest.mark.parametrize("family, cuts", [("llama", True), ("qwen2", True), ("gpt2", False)])
+def test_a_static_step_attends_over_the_slots_it_uses(family, cuts):
+    """A static step whose keys are cut to its span reads no slot past length + w: with NaN there its
+    logits are still the dynamic cache's (float64). A step over all M slots (GPT-2, whose heads
+    are not grouped, so its attention is transformers' own) reads them: the negative control."""
+    model = family_model(family)
+    runner, oracle = StaticRunner(model, 32), ModelRunner(model)
+    for r in (runner, oracle):
+        r.prefill(PROMPT, DecodeStats())
+    assert runner.cuts() == cuts and runner.span(3) == (runner.length + 3 if cuts else 32)
+    poison_past_span(runner, 3)
+    logits = runner.forward(STEP)
+    if cuts:
+        torch.testing.assert_close(logits, oracle.forward(STEP), rtol=1e-10, atol=1e-10)
+    else:
+        assert torch.isnan(logits).all()
+
+
+@pytest.mark.slow
+def test_a_packaged_step_attends_over_the_slots_it_uses_and_one_compiled_in_process_over_all(tmp_path):
+    """A package's span is a dynamic dimension (traced at M it would be pinned there, silently): its
+    steps read no slot past length + w. A step compiled in the process keeps one shape, all M slots,
+    and reads the NaN there (the negative control)."""
+    model = build_tiny("llama", 16, 1).float()
+    packaged = StaticRunner(model, 32, compile_mode="default", widths=(1, 4), compile_dir=tmp_path)
+    own = StaticRunner(model, 32, compile_mode="default", widths=(4,))
+    oracle = ModelRunner(model)
+    for r in (packaged, own, oracle):
+        r.prefill(PROMPT, DecodeStats())
+    for r in (packaged, own):
+        r.compile()
+    assert packaged.cuts() and not own.cuts() and "span=used" in packaged.details() and "span=used" not in own.details()
+    expected = oracle.forward(STEP)
+    for r in (packaged, own):
+        poison_past_span(r, 4)
+    torch.testing.assert_close(packaged.forward(STEP), expected, rtol=1e-4, atol=1e-4)
+    assert torch.isnan(own.forward(STEP)).all()

@@ -1,7 +1,8 @@
 """What a compiled step's package was built for: its record, its name, and the check before it is loaded.
 
 Every package carries a record (`package_record`: model class, config and weights digests, dtype,
-device, cache length, widths, mode, threads, processor, torch and transformers versions), stored
+device, cache length, widths, mode, threads, processor, kernels, the slots a step attends over,
+torch and transformers versions), stored
 inside it as AOTInductor metadata. Its file name is a digest of that record (`package_name`), and
 `package_problem` reads the record back from the archive, without loading the package, and says
 why it must not be loaded for a runner, if it must not (`ladref.fast.precompiled` uses these).
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 import transformers
 
-FORMAT = "ladref.package/3"
+FORMAT = "ladref.package/4"
 PACKAGE_FILE = re.compile(r"step-w\d+(-\d+)?-[0-9a-f]{32}\.pt2")
 """The names of ladref's packages; beside each, its ``.lock`` and, while it is built, ``.<stem>.*.part.pt2``."""
 
@@ -60,6 +61,7 @@ def package_record(runner, weights: str) -> dict[str, str]:
             "width": package_widths(runner), "mode": str(runner.compile_mode), "threads": str(torch.get_num_threads()),
             "processor": torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else torch.cuda.get_device_name(device),
             "kernels": "+".join(k.name.lower() for k in runner.kernels) if runner.kernels else "default",
+            "span": "used" if runner.cuts() else "all",
             "torch": torch.__version__, "transformers": transformers.__version__}
 
 

@@ -6,14 +6,16 @@ again. With a ``compile_dir``, a `ladref.fast.static.StaticRunner` instead expor
 (`torch.export`) and compiles it ahead of time into an AOTInductor package, a file, once; a later
 runner of the same model, cache length, widths and settings loads it in seconds. One package
 serves all of a runner's widths, the width a dynamic dimension (1 to the widest): it holds one
-copy of the frozen, packed weights, where one package per width held one each. The package holds
+copy of the frozen, packed weights, where one package per width held one each. Its span, the
+cache slots a step attends over, is a dynamic dimension too where the model's steps cut it
+(`ladref.fast.static.StaticRunner.span`): a step attends over the slots it uses, not all M. The package holds
 the weights, not the KV cache: its cache buffers are bound, without a copy, to the runner's own
 (``user_managed``), so the loaded step writes the runner's cache exactly as the compiled one does.
 
 A file on disk is not trusted by its name alone. Every package carries a record of what it was
 built for (`package_record`: model class, config and weights digests, dtype, device, cache
-length, widths, mode, threads, processor, torch and transformers versions), stored inside it as
-AOTInductor metadata and read back (`ladref.fast.package_record`) before the package is loaded. A
+length, widths, mode, threads, processor, the slots a step attends over, torch and transformers
+versions), stored inside it as AOTInductor metadata and read back (`ladref.fast.package_record`) before the package is loaded. A
 package that cannot be read (truncated, another format) or whose record differs (a file copied
 over another's name) is reported with a warning and built again. A package is written to a
 temporary file and renamed, so no reader sees half a file, and built under a lock file beside
@@ -103,21 +105,26 @@ class ExportedStep(torch.nn.Module):
         for name, buffer in static_cache_buffers(runner.cache).items():
             self.register_buffer(name, buffer, persistent=False)
 
-    def forward(self, input_ids, position_ids, allowed, length):  # (w,), (w,), (w, w), () -> (w, V)
-        return self.step(self.runner, input_ids, position_ids, allowed, length)
+    def forward(self, input_ids, position_ids, allowed, length, slots):  # (w,), (w,), (w, w), (), (n,) -> (w, V)
+        return self.step(self.runner, input_ids, position_ids, allowed, length, slots)
 
 
 def build_package(runner, path: Path, step: Callable, record: dict[str, str]) -> None:
     """Export `step` over a scratch runner of the same model and cache length (the runner's own
-    cache is never traced), its width dynamic when `runner` has several, compile it ahead of time
-    with `record` inside, save it at `path`."""
-    scratch, d, width = type(runner)(runner.model, runner.max_length), runner.device, runner.widths[-1]
+    cache is never traced), its width dynamic when `runner` has several and its span (the slots
+    it attends over) when the runner `cuts`, compile it ahead of time with `record` inside, save
+    it at `path`."""
+    scratch, d, width, slots = type(runner)(runner.model, runner.max_length), runner.device, runner.widths[-1], runner.max_length
+    # an example span below M and apart from the width: traced at M itself (or at the width's value) it is pinned there
+    span = next((v for v in range(slots - 1, 1, -1) if v != width), None) if runner.cuts() else slots
+    if span is None:
+        raise ValueError(f"a static cache of {slots} slots is too short for a package whose steps cut their span")
     example = (torch.zeros(width, dtype=torch.long, device=d), torch.arange(width, device=d),
-               torch.ones(width, width, dtype=torch.bool, device=d).tril_(), torch.tensor(0, device=d))
-    dynamic = None
-    if len(runner.widths) > 1:  # one program for every width 1..widest: ids, positions and both sides of the mask
-        w = torch.export.Dim("width", min=1, max=width)
-        dynamic = ({0: w}, {0: w}, {0: w, 1: w}, None)
+               torch.ones(width, width, dtype=torch.bool, device=d).tril_(), torch.tensor(0, device=d),
+               torch.arange(span, device=d))
+    w = torch.export.Dim("width", min=1, max=width) if len(runner.widths) > 1 else None  # one program for widths 1..widest
+    n = torch.export.Dim("span", min=1, max=slots) if runner.cuts() else None  # and for every span up to M
+    dynamic = None if w is None and n is None else ({0: w}, {0: w}, {0: w, 1: w}, None, {0: n})
     meta = dict(record, name=runner.model.config.name_or_path or "")  # the name, for people only: not checked
     configs = dict(PACKAGE_CONFIGS[runner.compile_mode], **WEIGHTS_APART,
                    **{"aot_inductor.metadata": {f"ladref.{k}": v for k, v in meta.items()}})
@@ -128,7 +135,7 @@ def build_package(runner, path: Path, step: Callable, record: dict[str, str]) ->
     os.close(handle)
     try:
         with torch.no_grad(), runner.attending():  # the attention its eager passes run
-            step(scratch, example[0][:1], example[1][:1], example[2][:1, :1], example[3])  # allocates its cache buffers
+            step(scratch, example[0][:1], example[1][:1], example[2][:1, :1], *example[3:])  # allocates its cache buffers
             program = torch.export.export(ExportedStep(step, scratch), example, dynamic_shapes=dynamic, strict=True)
             torch._inductor.aoti_compile_and_package(program, package_path=part, inductor_configs=configs)
         os.chmod(part, 0o644)  # mkstemp's file is private; a package is as readable as a cache file
@@ -144,8 +151,8 @@ def load_package(path: Path, runner) -> Callable:
     loaded = torch._inductor.aoti_load_package(str(path))
     loaded.loader.load_constants(static_cache_buffers(runner.cache), False, False, True)
 
-    def run(_runner, input_ids, position_ids, allowed, length):
-        return loaded(input_ids, position_ids, allowed, length)
+    def run(_runner, input_ids, position_ids, allowed, length, slots):
+        return loaded(input_ids, position_ids, allowed, length, slots)
 
     return run
 

@@ -8,7 +8,8 @@ keys/values never committed. Each width compiles once, into a callable of its ow
 may switch widths from step to step without compiling again.
 
 The KV cache is transformers' `StaticCache` (through the primitives of `ladref.runner`): a step
-writes its w tokens at slots ``length .. length+w-1`` and attends over all M slots, the others
+writes its w tokens at slots ``length .. length+w-1`` and attends over the slots before them and
+its own, or over all M slots where its shape must not change (`StaticRunner.span`), any others
 masked (`ladref.masks.static_additive`); a commit gathers the accepted tokens' keys/values into
 place and sets the length. The commit is not compiled: on a CPU the cache's buffers are packed
 into one block each for keys, values and lengths (`ladref.runner.pack_static_cache`), so it is a
@@ -55,11 +56,12 @@ def pad_step(input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch
     return ids, positions, mask
 
 
-def static_step(runner: StaticRunner, input_ids, position_ids, allowed, length, last: int = 0) -> torch.Tensor:
-    """The step every width compiles: (w,) ids and positions, (w, w) mask, () length -> (w, V) logits
-    (uncompiled, a prompt's pass asks for the `last` positions' only: (last, V))."""
+def static_step(runner: StaticRunner, input_ids, position_ids, allowed, length, slots, last: int = 0) -> torch.Tensor:
+    """The step every width compiles: (w,) ids and positions, (w, w) mask, () length, (n,) the slots
+    it attends over, 0 .. n-1 (`StaticRunner.span`) -> (w, V) logits (uncompiled, a prompt's pass
+    asks for the `last` positions' only: (last, V))."""
     set_static_length(runner.cache, length)  # the step writes at slots length .. length+w-1
-    mask = static_additive(allowed, length, runner.max_length, runner.dtype)  # (1, 1, w, M)
+    mask = static_additive(allowed, length, slots.shape[0], runner.dtype)  # (1, 1, w, n): the first n of M slots
     slots = length + torch.arange(input_ids.shape[0], device=input_ids.device)
     return static_forward(runner.model, runner.cache, input_ids, position_ids, mask, slots, last)
 
@@ -174,10 +176,28 @@ class StaticRunner(Runner):
         self.reset()
 
     def details(self) -> list[str]:
-        """The kernels, what a static step attends over (every one of its max_length slots), and how
-        (key/value heads shared by their query heads: `ladref.runner.shared_kv_scope`)."""
-        shared = ["kv_heads=shared"] if self.facts.shared_kv else []
+        """The kernels, what a static step attends over (the slots it uses, or all max_length of
+        them: `span`), and how (key/value heads shared by their query heads: `ladref.runner.shared_kv_scope`)."""
+        shared = (["kv_heads=shared"] if self.facts.shared_kv else []) + (["span=used"] if self.cuts() else [])
         return super().details() + shared + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
+
+    def cuts(self, step: Callable | None = None) -> bool:
+        """Whether `step` (default: the compiled steps) attends over the slots it uses only (`span`):
+        where the model attends through `ladref.runner.shared_kv_attention`, which cuts the keys to
+        its mask, and the step may change shape from call to call: run eagerly, or loaded from a
+        package (its span a dynamic dimension; looked for, or not yet). A step compiled in the
+        process keeps one shape: all M slots."""
+        if not self.facts.shared_kv:
+            return False
+        if step is static_step or self.compile_mode is None:
+            return True
+        return self.compile_dir is not None and (self._package is None or self._package[0] is not None)
+
+    def span(self, width: int, step: Callable | None = None) -> int:
+        """n, the cache slots a step of `width` at the current length attends over: length + width
+        (the committed ones and its own; a static cache's later slots hold nothing it may see) where
+        `step` `cuts`, else all M. Attention's cost grows with n."""
+        return self.length + width if self.cuts(step) else self.max_length
 
     def prefill_whole(self, prompt: torch.Tensor, stats: DecodeStats) -> torch.Tensor:
         """Start a new call (`reset`), then `Runner.prefill_whole`."""
@@ -261,7 +281,8 @@ class StaticRunner(Runner):
             raise ValueError(f"the static cache holds {self.max_length} positions (max_length); a step needs {self.length + width}")
         to = self.device
         mask = torch.ones(width, width, dtype=torch.bool).tril_() if mask is None else mask
-        args = (ids.to(to), positions.to(to), mask.to(to), torch.tensor(self.length, device=to))
+        slots = torch.arange(self.span(width, step), device=to)  # (n,)
+        args = (ids.to(to), positions.to(to), mask.to(to), torch.tensor(self.length, device=to), slots)
         with self.attending():
             logits = step(self, *args, last=last) if last else step(self, *args)
         if not self._packed:  # the first forward (always eager) allocated the buffers: pack them before anything holds them
