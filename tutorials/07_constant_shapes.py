@@ -111,7 +111,8 @@ print("graphs compiled for 6 calls of one shape:", counters["stats"]["unique_gra
 #   w = (N-1)(W+G), the widest a lookahead step can be.
 # * **A static KV cache.** The cache is preallocated for `max_length` positions; a step writes its
 #   tokens after the committed ones and attends over all slots, the rest masked
-#   (`ladref.masks.static_additive`); the accepted tokens' K/V are gathered into place.
+#   (`ladref.masks.static_additive`), or, where the keys can be cut, over the committed slots
+#   and its own only (`StaticRunner.span`); the accepted tokens' K/V are gathered into place.
 #
 # Here is a step whose tree holds one n-gram (2 nodes), padded to the width of G = 3 n-grams: the
 # padded mask is the step's own, with the dummies (`D`) on the diagonal after it.

@@ -8,7 +8,8 @@
   through it (once per machine: kept in the user's cost cache, or with ``--compile-dir`` in that
   folder's ``cost.json``, beside the packages). Every compiled row keeps a
   static cache of `SHORT_CACHE` slots for the prompts that fit in it and one sized for the
-  longest prompt (a compiled step attends over all its slots);
+  longest prompt (a step attends over all its slots where it cannot cut them to the slots it
+  uses: `ladref.fast.static.StaticRunner.span`);
 * ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one

@@ -2,10 +2,10 @@
 
 Every package carries a record (`package_record`: model class, config and weights digests, dtype,
 device, cache length, widths, mode, threads, processor, kernels, the slots a step attends over,
-torch and transformers versions), stored
-inside it as AOTInductor metadata. Its file name is a digest of that record (`package_name`), and
-`package_problem` reads the record back from the archive, without loading the package, and says
-why it must not be loaded for a runner, if it must not (`ladref.fast.precompiled` uses these).
+torch and transformers versions), stored inside it as AOTInductor metadata. Its file name is a
+digest of that record (`package_name`), and `package_problem` reads the record back from the
+archive, without loading the package, and says why it must not be loaded for a runner, if it
+must not (`ladref.fast.precompiled` uses these).
 """
 
 from __future__ import annotations

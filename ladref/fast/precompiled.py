@@ -8,15 +8,16 @@ runner of the same model, cache length, widths and settings loads it in seconds.
 serves all of a runner's widths, the width a dynamic dimension (1 to the widest): it holds one
 copy of the frozen, packed weights, where one package per width held one each. Its span, the
 cache slots a step attends over, is a dynamic dimension too where the model's steps cut it
-(`ladref.fast.static.StaticRunner.span`): a step attends over the slots it uses, not all M. The package holds
-the weights, not the KV cache: its cache buffers are bound, without a copy, to the runner's own
-(``user_managed``), so the loaded step writes the runner's cache exactly as the compiled one does.
+(`ladref.fast.static.StaticRunner.span`): a step attends over the slots it uses, not all M. The
+package holds the weights, not the KV cache: its cache buffers are bound, without a copy, to the
+runner's own (``user_managed``), so the loaded step writes the runner's cache exactly as the
+compiled one does.
 
 A file on disk is not trusted by its name alone. Every package carries a record of what it was
 built for (`package_record`: model class, config and weights digests, dtype, device, cache
 length, widths, mode, threads, processor, the slots a step attends over, torch and transformers
-versions), stored inside it as AOTInductor metadata and read back (`ladref.fast.package_record`) before the package is loaded. A
-package that cannot be read (truncated, another format) or whose record differs (a file copied
+versions), stored inside it as AOTInductor metadata and read back (`ladref.fast.package_record`)
+before the package is loaded. A package that cannot be read (truncated, another format) or whose record differs (a file copied
 over another's name) is reported with a warning and built again. A package is written to a
 temporary file and renamed, so no reader sees half a file, and built under a lock file beside
 it (``.lock``), so a second process waits and loads it instead of compiling it twice. A folder
@@ -124,7 +125,8 @@ def build_package(runner, path: Path, step: Callable, record: dict[str, str]) ->
                torch.arange(span, device=d))
     w = torch.export.Dim("width", min=1, max=width) if len(runner.widths) > 1 else None  # one program for widths 1..widest
     n = torch.export.Dim("span", min=1, max=slots) if runner.cuts() else None  # and for every span up to M
-    dynamic = None if w is None and n is None else ({0: w}, {0: w}, {0: w, 1: w}, None, {0: n})
+    axes = ({0: w}, {0: w}, {0: w, 1: w}, {}, {0: n})  # ids, positions, mask, length, slots
+    dynamic = None if w is None and n is None else tuple({a: dim for a, dim in x.items() if dim is not None} for x in axes)
     meta = dict(record, name=runner.model.config.name_or_path or "")  # the name, for people only: not checked
     configs = dict(PACKAGE_CONFIGS[runner.compile_mode], **WEIGHTS_APART,
                    **{"aot_inductor.metadata": {f"ladref.{k}": v for k, v in meta.items()}})

@@ -62,8 +62,8 @@ def static_step(runner: StaticRunner, input_ids, position_ids, allowed, length, 
     asks for the `last` positions' only: (last, V))."""
     set_static_length(runner.cache, length)  # the step writes at slots length .. length+w-1
     mask = static_additive(allowed, length, slots.shape[0], runner.dtype)  # (1, 1, w, n): the first n of M slots
-    slots = length + torch.arange(input_ids.shape[0], device=input_ids.device)
-    return static_forward(runner.model, runner.cache, input_ids, position_ids, mask, slots, last)
+    written = length + torch.arange(input_ids.shape[0], device=input_ids.device)  # (w,) the slots it writes
+    return static_forward(runner.model, runner.cache, input_ids, position_ids, mask, written, last)
 
 
 def static_commit(runner: StaticRunner, src: torch.Tensor, dst: torch.Tensor, length: torch.Tensor) -> None:
