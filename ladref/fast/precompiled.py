@@ -17,8 +17,8 @@ A file on disk is not trusted by its name alone. Every package carries a record 
 built for (`package_record`: model class, config and weights digests, dtype, device, cache
 length, widths, mode, threads, processor, the slots a step attends over, torch and transformers
 versions), stored inside it as AOTInductor metadata and read back (`ladref.fast.package_record`)
-before the package is loaded. A package that cannot be read (truncated, another format) or whose record differs (a file copied
-over another's name) is reported with a warning and built again. A package is written to a
+before the package is loaded. A package that cannot be read (truncated, another format) or whose
+record differs (a file copied over another's name) is reported with a warning and built again. A package is written to a
 temporary file and renamed, so no reader sees half a file, and built under a lock file beside
 it (``.lock``), so a second process waits and loads it instead of compiling it twice. A folder
 that cannot be written (read-only, full) gives a warning, and the step is compiled in the
@@ -116,15 +116,16 @@ def build_package(runner, path: Path, step: Callable, record: dict[str, str]) ->
     it attends over) when the runner `cuts`, compile it ahead of time with `record` inside, save
     it at `path`."""
     scratch, d, width, slots = type(runner)(runner.model, runner.max_length), runner.device, runner.widths[-1], runner.max_length
+    cuts = runner.cuts()
     # an example span below M and apart from the width: traced at M itself (or at the width's value) it is pinned there
-    span = next((v for v in range(slots - 1, 1, -1) if v != width), None) if runner.cuts() else slots
+    span = next((v for v in range(slots - 1, 1, -1) if v != width), None) if cuts else slots
     if span is None:
         raise ValueError(f"a static cache of {slots} slots is too short for a package whose steps cut their span")
     example = (torch.zeros(width, dtype=torch.long, device=d), torch.arange(width, device=d),
                torch.ones(width, width, dtype=torch.bool, device=d).tril_(), torch.tensor(0, device=d),
                torch.arange(span, device=d))
     w = torch.export.Dim("width", min=1, max=width) if len(runner.widths) > 1 else None  # one program for widths 1..widest
-    n = torch.export.Dim("span", min=1, max=slots) if runner.cuts() else None  # and for every span up to M
+    n = torch.export.Dim("span", min=1, max=slots) if cuts else None  # and for every span up to M
     axes = ({0: w}, {0: w}, {0: w, 1: w}, {}, {0: n})  # ids, positions, mask, length, slots
     dynamic = None if w is None and n is None else tuple({a: dim for a, dim in x.items() if dim is not None} for x in axes)
     meta = dict(record, name=runner.model.config.name_or_path or "")  # the name, for people only: not checked
