@@ -250,6 +250,27 @@ def test_compiled_adaptive_decoder_takes_the_shortest_cache_that_fits():
         decoder([1] * 80, 24)
 
 
+def test_compiled_adaptive_decoder_shares_its_sources_across_cache_lengths():
+    """One list of sources serves every cache length: warm Token Recycling and the suffix memory
+    keep what they learned whichever cache a call takes; without `proposers` each length has its own."""
+    from ladref import CompiledAdaptiveDecoder
+    from ladref.fast.adaptive import remembering_proposers
+
+    model = tiny_model("llama", 16, 0)
+    sources = remembering_proposers(model)
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=(48, 96), widths=(1, 4, 8), mode=None, cache=None, proposers=sources,
+                                      keep_learning=True)
+    short, long = [1, 2, 3, 1, 2], [1, 2, 3, 4] * 10
+    for prompt in (short, long, short):
+        assert decoder(prompt, 24, eos_token_id=[]).token_ids == hf_greedy(model, prompt, 24)
+    assert [[id(p) for p in d.proposers] for d in decoder.decoders] == [[id(p) for p in sources]] * 2
+    recycling, suffix = sources[2], sources[3]
+    assert suffix.memory.tokens >= 3 * 24 and bool((recycling.adjacency >= 0).any())  # learned over both lengths
+    alone = CompiledAdaptiveDecoder(model, max_lengths=(48, 96), widths=(1, 4, 8), mode=None, cache=None)
+    alone.warmup()
+    assert not set(map(id, alone.decoders[0].proposers)) & set(map(id, alone.decoders[1].proposers))
+
+
 @given(architectures, vocab_sizes, seeds, st.data(), st.integers(1, 40))
 def test_compiled_adaptive_output_is_greedy(arch, vocab, seed, data, max_new_tokens):
     """Over either of two caches (not compiled: the same padded steps), float64: greedy_decode's and generate()'s tokens."""
@@ -278,3 +299,5 @@ def test_compiled_adaptive_decoder_bad_input():
         CompiledAdaptiveDecoder(model, max_lengths=64, mode="fastest")
     with pytest.raises(TypeError, match="input_ids must be a list of ints"):  # checked before its length picks a cache
         CompiledAdaptiveDecoder(model, max_lengths=64, widths=(1, 4), mode=None)("abc", 4)
+    with pytest.raises(TypeError, match="does not implement the Proposer protocol"):
+        CompiledAdaptiveDecoder(model, max_lengths=64, mode=None, proposers=[object()])

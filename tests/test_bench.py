@@ -140,11 +140,13 @@ def test_compiled_and_static_cache_rows_with_their_set_up_timed_apart():
 
 
 def test_compiled_adaptive_row_runs_on_fixed_widths_and_matches_greedy():
-    settings = BenchSettings(("adaptive", "compiled_adaptive"), LookaheadConfig(3, 3, 3), max_new_tokens=24, compile_mode=None)
+    settings = BenchSettings(("adaptive", "compiled_adaptive", "compiled_adaptive_all"), LookaheadConfig(3, 3, 3), max_new_tokens=24,
+                             compile_mode=None)
     setup: dict[str, float] = {}
     records = run_bench(tiny_model("llama", 8, 1), PROMPTS, settings, setup_s=setup)
-    assert list(setup) == ["greedy", "adaptive", "compiled_adaptive"] and all(r.match for r in records)
-    assert sorted(r.prompt_id for r in records if r.method == "compiled_adaptive") == ["0", "1"]
+    assert list(setup) == ["greedy", "adaptive", "compiled_adaptive", "compiled_adaptive_all"] and all(r.match for r in records)
+    for method in ("compiled_adaptive", "compiled_adaptive_all"):
+        assert sorted(r.prompt_id for r in records if r.method == method) == ["0", "1"]
 
 
 def test_compiled_rows_take_a_package_folder(tmp_path):

@@ -9,7 +9,11 @@
   folder's ``cost.json``, beside the packages). Every compiled row keeps a
   static cache of `SHORT_CACHE` slots for the prompts that fit in it and one sized for the
   longest prompt (a step attends over all its slots where it cannot cut them to the slots it
-  uses: `ladref.fast.static.StaticRunner.span`);
+  uses: `ladref.fast.static.StaticRunner.span`); ``compiled_adaptive_all``: the same over every
+  source, each keeping what it can across the benchmark's prompts, and its learned acceptance
+  (`ladref.fast.adaptive.remembering_proposers`: warm Token Recycling, suffix decoding with a
+  memory of the earlier outputs, prompt lookup and the lookahead window; ``adaptive_all`` of
+  `ladref.bench.multi`, compiled);
 * ``prompt_lookup`` (native: up to 10 tokens after the most recent match of the last 1-3 tokens),
   ``prompt_lookup_rule`` (a fixed rule: up to 10 tokens, and only after a 3-token match),
   ``recycling`` (Token Recycling, cold: an empty matrix per prompt), ``recycling_warm`` (one
@@ -38,7 +42,7 @@ import torch
 
 from ..config import LookaheadConfig
 from ..decode import draft_decode
-from ..fast.adaptive import adaptive_decode, default_proposers
+from ..fast.adaptive import adaptive_decode, default_proposers, remembering_proposers
 from ..fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from ..fast.static import DEFAULT_WIDTHS
 from ..greedy import greedy_decode
@@ -53,7 +57,7 @@ from .hf import generate_decode, hf_prompt_lookup_decode
 
 METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
            "recycling", "recycling_warm", "suffix", "suffix_memory", "adaptive", "draft_all", "compiled_greedy", "compiled_lookahead",
-           "compiled_adaptive")
+           "compiled_adaptive", "compiled_adaptive_all")
 METHOD_ALIASES = {"plookup": "hf_plookup"}
 """Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
@@ -146,17 +150,21 @@ def _compiled(model, config, max_length, mode, backend, compile_dir=None) -> Ben
     return BenchMethod(label, kind, config, run, lambda m, prompts, n: [d.warmup() for d in decoders])
 
 
-def _compiled_adaptive(model, max_length, mode, backend, compile_dir=None) -> BenchMethod:
-    """Adaptive decoding over static runners of fixed widths; compiling them (and measuring their
-    curves into the user's cost cache, when it lacks them) is its set-up."""
+def _compiled_adaptive(model, max_length, mode, backend, compile_dir=None, remembering: bool = False) -> BenchMethod:
+    """Adaptive decoding over static runners of fixed widths (`remembering`: over every source, each
+    keeping what it can across prompts); compiling them (and measuring their curves into the
+    user's cost cache, when it lacks them) is its set-up."""
     lengths = cache_lengths(max_length + DEFAULT_WIDTHS[-1])  # room for the widest step
-    decoder = CompiledAdaptiveDecoder(model, max_lengths=lengths, mode=mode, attention_backend=backend, compile_dir=compile_dir)
+    sources = remembering_proposers(model) if remembering else None
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=lengths, mode=mode, attention_backend=backend, compile_dir=compile_dir,
+                                      proposers=sources, keep_learning=remembering)
 
     def setup(m, prompts, n):
         decoder.warmup()
         decoder(prompts[0], min(8, n))
 
-    return BenchMethod("compiled_adaptive", "tree", None, lambda m, ids, n: decoder(ids, n), setup)
+    label = "compiled_adaptive_all" if remembering else "compiled_adaptive"
+    return BenchMethod(label, "tree", None, lambda m, ids, n: decoder(ids, n), setup)
 
 
 def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend: str) -> BenchMethod:
@@ -211,8 +219,8 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
             rows.append(_tree_rows(method, model, lookup_tokens, backend))
         elif method == "compiled_greedy":
             rows.append(_compiled(model, None, max_length, compile_mode, backend, compile_dir))
-        elif method == "compiled_adaptive":
-            rows.append(_compiled_adaptive(model, max_length, compile_mode, backend, compile_dir))
+        elif method in ("compiled_adaptive", "compiled_adaptive_all"):
+            rows.append(_compiled_adaptive(model, max_length, compile_mode, backend, compile_dir, method == "compiled_adaptive_all"))
         else:  # compiled_lookahead
             rows += [_compiled(model, c, max_length, compile_mode, backend, compile_dir) for c in configs]
     return rows

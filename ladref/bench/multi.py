@@ -32,12 +32,12 @@ from pathlib import Path
 import torch
 
 from ..config import LookaheadConfig
-from ..fast.adaptive import DEFAULT_WINDOW, AdaptiveDecoder
+from ..fast.adaptive import AdaptiveDecoder, remembering_proposers
 from ..fast.cost import CostModel
 from ..greedy import greedy_decode
 from ..results import DecodeResult
-from ..sources.lookahead import LookaheadProposer, lookahead_decode
-from ..sources.prompt_lookup import PromptLookupProposer, prompt_lookup_decode
+from ..sources.lookahead import lookahead_decode
+from ..sources.prompt_lookup import prompt_lookup_decode
 from ..sources.recycling import RecyclingProposer, recycling_decode
 from ..sources.suffix import SuffixProposer, suffix_decode
 from ..sources.suffix_trie import SuffixMemory
@@ -141,8 +141,8 @@ def multi_rows(model: torch.nn.Module, methods: Sequence[str], config: Lookahead
             rows.append(MultiRow(method, lambda ids, n: lookahead_decode(model, ids, n, config=config, attention_backend=backend)))
         else:  # adaptive_all: every source, each keeping what it can across requests, and the learned acceptance
             suffix = TimedSuffix.for_model(model, memory=SuffixMemory(memory_tokens))
-            sources = [PromptLookupProposer(), LookaheadProposer(DEFAULT_WINDOW), RecyclingProposer.for_model(model, warm=True), suffix]
-            decoder = AdaptiveDecoder(model, cost=cost, proposers=sources, keep_learning=True, attention_backend=backend)
+            decoder = AdaptiveDecoder(model, cost=cost, proposers=remembering_proposers(model, suffix), keep_learning=True,
+                                      attention_backend=backend)
             rows.append(MultiRow(method, lambda ids, n: decoder(ids, n), suffix))
     return rows
 

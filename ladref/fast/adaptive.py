@@ -27,6 +27,8 @@ from ..sampling import chooser_for
 from ..sources.lookahead import LookaheadProposer
 from ..sources.prompt_lookup import PromptLookupProposer
 from ..sources.recycling import RecyclingProposer
+from ..sources.suffix import SuffixProposer
+from ..sources.suffix_trie import SuffixMemory
 from ..step import run_drafting
 from ..tree import DraftTree
 from ..types import Budget, Prompts, TokenIds
@@ -44,6 +46,15 @@ def default_proposers(model: torch.nn.Module, window: LookaheadConfig | None = D
     if window is not None:
         sources.append(LookaheadProposer(window))
     return sources + [RecyclingProposer.for_model(model)]
+
+
+def remembering_proposers(model: torch.nn.Module, suffix: SuffixProposer | None = None) -> list[Proposer]:
+    """Every source, each keeping what it can across calls: prompt lookup, the lookahead window and
+    pool, Token Recycling with its matrix kept warm, and suffix decoding with a memory of the
+    earlier outputs (`suffix`; default a `SuffixProposer` with a fresh `SuffixMemory`). Keep the
+    list and pass it to every call (an `AdaptiveDecoder` or `CompiledAdaptiveDecoder` keeps it)."""
+    suffix = SuffixProposer.for_model(model, memory=SuffixMemory()) if suffix is None else suffix
+    return [PromptLookupProposer(), LookaheadProposer(DEFAULT_WINDOW), RecyclingProposer.for_model(model, warm=True), suffix]
 
 
 def kv_lengths_for(model: torch.nn.Module, runner: Runner | None = None) -> tuple[int, ...]:

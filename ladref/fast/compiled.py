@@ -34,6 +34,7 @@ from ..call import DecodeCall, prompt_ids
 from ..config import LookaheadConfig, check_int
 from ..greedy import run_greedy
 from ..options import CallOptions, OutputOptions, accept
+from ..proposer import Proposer, check_proposers
 from ..results import DecodeResult
 from ..runner import check_model
 from ..sources.lookahead import LookaheadProposer
@@ -174,11 +175,13 @@ def check_max_lengths(max_lengths: object) -> tuple[int, ...]:
 class CompiledAdaptiveDecoder:
     """Adaptive decoding over compiled static caches of a few lengths: each call takes the shortest that fits.
 
-    A compiled step attends over every slot of its static cache, used or not. On a CPU that is
-    not free: Inductor's frozen max-autotune step of SmolLM2-135M (float32, 2 threads) took 39 ms
-    for 8 tokens over 512 slots and 54 ms over 1,536. One `ladref.fast.static.StaticRunner` per length
-    (each with the same widths, each compiled once, each with its own measured cost curve) keeps a
-    short prompt's steps as cheap as its cache allows.
+    A step compiled in the process attends over every slot of its static cache, used or not. On a
+    CPU that is not free: Inductor's frozen max-autotune step of SmolLM2-135M (float32, 2 threads)
+    took 39 ms for 8 tokens over 512 slots and 54 ms over 1,536. One `ladref.fast.static.StaticRunner`
+    per length (each with the same widths, each compiled once, each with its own measured cost
+    curve) keeps a short prompt's steps as cheap as its cache allows. (A step loaded from a package
+    in `compile_dir` attends over the slots it uses where the model allows,
+    `ladref.fast.static.StaticRunner.cuts`; there one length, the longest, serves as well.)
 
     Args:
         model: a decoder-only transformers model (eager or SDPA attention, full-attention cache).
@@ -194,6 +197,10 @@ class CompiledAdaptiveDecoder:
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
         compile_dir: a folder where every runner keeps its compiled steps as AOTInductor packages,
             loaded by later decoders instead of compiling again (`ladref.fast.static.StaticRunner`).
+        proposers: the draft sources, one list shared by every length's decoder, so a source that
+            keeps state across calls keeps it whatever cache a call takes (e.g.
+            `ladref.fast.adaptive.remembering_proposers`); default each decoder's `default_proposers`.
+        keep_learning: each length's decoder keeps its learned acceptance across calls (`AdaptiveDecoder`).
 
     Attributes:
         decoders: one `AdaptiveDecoder` per length, shortest first (after `warmup`).
@@ -207,8 +214,11 @@ class CompiledAdaptiveDecoder:
 
     def __init__(self, model: torch.nn.Module, *, max_lengths: int | Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
                  mode: str | None = "auto", cache: CostCache | None = None, attention_backend: str = "auto",
-                 compile_dir: str | os.PathLike | None = None) -> None:
+                 compile_dir: str | os.PathLike | None = None, proposers: Sequence[Proposer] | None = None,
+                 keep_learning: bool = False) -> None:
         self.facts = check_model(model)
+        self.proposers = None if proposers is None else check_proposers(list(proposers))
+        self.keep_learning = keep_learning
         lengths = check_max_lengths(max_lengths)
         self.widths = check_widths(widths, lengths[0])
         self.mode = resolve_mode(mode, self.facts.device)
@@ -227,8 +237,8 @@ class CompiledAdaptiveDecoder:
             start = time.perf_counter()
             for runner in self.runners:
                 runner.compile()  # every width, before the cost curve is measured through them
-                self.decoders.append(AdaptiveDecoder(self.model, cache=self.cost_cache, runner=runner,
-                                                     attention_backend=self.attention_backend))
+                self.decoders.append(AdaptiveDecoder(self.model, cache=self.cost_cache, proposers=self.proposers, runner=runner,
+                                                     keep_learning=self.keep_learning, attention_backend=self.attention_backend))
             self.capture_s = time.perf_counter() - start
         return self.capture_s
 
