@@ -285,6 +285,21 @@ def test_compiled_adaptive_output_is_greedy(arch, vocab, seed, data, max_new_tok
     assert result.token_ids == greedy_decode(model, prompt, max_new_tokens, eos_token_id=[] if eos is None else eos).token_ids
 
 
+@given(architectures, vocab_sizes, seeds, st.data(), st.integers(1, 30))
+def test_compiled_adaptive_over_remembering_sources_is_greedy(arch, vocab, seed, data, max_new_tokens):
+    """Sources that keep what they learned (warm Token Recycling, a suffix memory, the learned
+    acceptance) over two caches, float64: each of three prompts in a row is generate()'s greedy output."""
+    from ladref import CompiledAdaptiveDecoder
+    from ladref.fast.adaptive import remembering_proposers
+
+    model = tiny_model(arch, vocab, seed)
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=(32, 64), widths=(1, 4, 8), mode=None, cache=None,
+                                      proposers=remembering_proposers(model), keep_learning=True)
+    for _ in range(3):
+        prompt = data.draw(prompts(vocab))
+        assert decoder(prompt, max_new_tokens, eos_token_id=[]).token_ids == hf_greedy(model, prompt, max_new_tokens)
+
+
 def test_compiled_adaptive_decoder_bad_input():
     from ladref import CompiledAdaptiveDecoder
 
