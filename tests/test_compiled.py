@@ -30,6 +30,8 @@ from ladref.results import DecodeStats
 from ladref.step import draft_step
 from ladref.runner import ModelRunner, guard_static_cache
 from ladref.fast.compiling import compile_scope
+from ladref.fast.compiled import CompiledAdaptiveDecoder
+from ladref.fast.cost_cache import CostCache
 from ladref.fast.static import StaticRunner, static_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -182,7 +184,6 @@ def test_packaged_steps_are_built_once_then_loaded_and_stay_exact(config, tmp_pa
 
 
 def test_package_names_and_bad_compile_dirs(tmp_path):
-    from ladref import CompiledAdaptiveDecoder
     from ladref.fast.package_record import package_name, weights_digest
 
     model, other = build_tiny("llama", 16, 1), build_tiny("llama", 16, 2)
@@ -207,12 +208,32 @@ def test_package_names_and_bad_compile_dirs(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_cuda_graphs_replay_greedy_decoding():
+    from torch._dynamo.utils import counters
+
     model = build_tiny("llama", 16, 1).float().cuda()
     expected = greedy_decode(model, PROMPT, 24, eos_token_id=[]).token_ids
+    counters.clear()
     for config in (None, LookaheadConfig(3, 3, 3)):
         decoder = CompiledDecoder(model, config, max_length=64, mode="reduce-overhead")
         assert decoder(PROMPT, 24, eos_token_id=[]).token_ids == expected
         assert decoder.runner.blocks is None  # a GPU's cache stays one buffer per layer (ladref.fast.static)
+    adaptive = CompiledAdaptiveDecoder(model, max_lengths=64, widths=(1, 4), mode="reduce-overhead", cache=CostCache())
+    assert adaptive(PROMPT, 24, eos_token_id=[]).token_ids == expected  # its cost curve measured through the graphs
+    assert counters["inductor"]["cudagraph_skips"] == 0  # every step replayed as a CUDA graph, none run eagerly
+
+
+def test_a_reset_sets_length_counters_made_in_inference_mode():
+    """On a GPU a static layer's length counter is moved to the device inside the first forward,
+    under inference mode; a reset outside it (a cost measurement's, before any decoding) still sets it."""
+    runner = StaticRunner(tiny_model("llama"), 24, widths=(1, 4))
+    runner.prefill(torch.tensor(PROMPT), DecodeStats())
+    runner.forward(torch.tensor([4, 5]))
+    with torch.inference_mode():  # what lazy_initialization's `.to(device)` leaves on a GPU
+        for layer in runner.cache.layers:
+            layer.cumulative_length = layer.cumulative_length.clone()
+    runner.blocks = None
+    runner.empty()
+    assert runner.length == 0 and all(int(layer.cumulative_length) == 0 for layer in runner.cache.layers)
 
 
 def test_the_static_cache_is_packed_by_its_first_forward_and_a_commit_moves_every_layer():

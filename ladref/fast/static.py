@@ -165,6 +165,7 @@ class StaticRunner(Runner):
             self._step_for(self.width_for(width))
         return time.perf_counter() - start
 
+    @torch.inference_mode()  # on a GPU the length counters are inference tensors (moved there inside the first forward)
     def reset(self) -> None:
         """Start a new call: the cache's contents are forgotten (its buffers stay where they are)."""
         self.length, self.pending = 0, None
