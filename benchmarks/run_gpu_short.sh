@@ -53,9 +53,13 @@ stage load 260 python -m ladref bench --dtype float16 --no-progress --dataset sp
     --out "$R/load" --figure "$R/load/load_cuda.png"
 # 7. Compiled greedy (CUDA graphs), one prompt: capture about 35 s.
 stage compiled_greedy 90 "${BENCH[@]}" --dataset humaneval --limit 1 --method compiled_greedy --out "$R/compiled_greedy"
-# 8. Compiled lookahead, one prompt, if time is left (one graph per step width: longer to capture).
-stage compiled_lookahead 300 "${BENCH[@]}" --dataset humaneval --limit 1 --method compiled_lookahead --config 15/5/15 \
-    --out "$R/compiled_lookahead"
+# 8. Compiled lookahead, one prompt, if time is left (one graph per step width: longer to capture). With the
+#    graphs replaying, a 121-token step costs 1.7 one-token steps (docs/gpu.md): 7/5/7 beside 15/5/15.
+stage compiled_lookahead 300 "${BENCH[@]}" --dataset humaneval --limit 1 --method compiled_greedy,compiled_lookahead \
+    --config 15/5/15 --config 7/5/7 --out "$R/compiled_lookahead"
+# 9. Compiled adaptive over three widths (1, 8, 32; one cache) and with sources that remember, one Spec-Bench
+#    prompt per task, against eager and compiled greedy (captures about 110 s).
+stage compiled_adaptive 280 python scripts/gpu_compiled_adaptive.py --device cuda --dtype float16 --widths 1,8,32
 
 for folder in "$R" "$R/compiled_greedy" "$R/compiled_lookahead"; do
     [[ -n $(ls "$folder"/*.json 2>/dev/null) ]] && python benchmarks/render_results.py "$folder"

@@ -137,11 +137,11 @@ class CostModel:
         row = self.times(kv)
         return _between(self.widths, [row[w] for w in self.widths], q)
 
-    def curve(self, kv: float | None = None) -> list[float]:
-        """[t(q, kv) for q = 1..max_width], the KV interpolation done once (index q - 1)."""
+    def curve(self, kv: float | None = None, widths: Sequence[int] | None = None) -> list[float]:
+        """[t(q, kv) for q in `widths`] (default q = 1..max_width: index q - 1), the KV interpolation done once."""
         row = self.times(kv)
         measured = [row[w] for w in self.widths]
-        return [_between(self.widths, measured, q) for q in range(1, self.max_width + 1)]
+        return [_between(self.widths, measured, q) for q in (range(1, self.max_width + 1) if widths is None else widths)]
 
     def relative(self, q: float, kv: float | None = None) -> float:
         """t(q, kv) / t(1, kv): the tokens a q-token step must yield to match greedy decoding."""

@@ -154,13 +154,13 @@ class DraftPolicy(Acceptance):
         key = (kv, self.cost, tuple(self.corrections.items()))
         if self._priced is not None and self._priced[0] == key:  # asked again before the step (`may_draft`, `choose`)
             return self._priced[1]
-        curve, default = self.cost.curve(kv), self.corrections.get(0, 0.0)
+        curve, default = self.cost.curve(kv, self.widths), self.corrections.get(0, 0.0)  # at the compiled widths only, when set
         widths, j, times = self.widths if self.widths is not None else self.cost.widths, 0, []
+        factors = [math.exp(self.corrections.get(w, default)) for w in widths]
         for q in range(1, self.max_width() + 1):
             while j < len(widths) - 1 and widths[j] < q:  # the bucket: the first width >= q, else the widest
                 j += 1
-            bucket = widths[j]
-            times.append(curve[(bucket if self.widths is not None else q) - 1] * math.exp(self.corrections.get(bucket, default)))
+            times.append(curve[j if self.widths is not None else q - 1] * factors[j])
         self._priced = (key, times)
         return times
 

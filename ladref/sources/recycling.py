@@ -122,11 +122,10 @@ class RecyclingProposer(DraftSource):
             raise TypeError(f"warm must be a bool, got {type(warm).__name__}")
         self.template, self.topk, self.warm = template, topk, warm
         self.adjacency = torch.full((vocab_size, topk), -1, dtype=torch.long)
-        depth = torch.tensor([len(p) for p in template.paths])
         index = {p: i for i, p in enumerate(template.paths)}
-        self._parents = torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in template.paths])
-        self._ranks = torch.tensor([p[-1] for p in template.paths])
-        self._levels = [torch.nonzero(depth == d).flatten() for d in range(1, template.depth + 1)]
+        self._parents = [index[p[:-1]] if len(p) > 1 else -1 for p in template.paths]  # Python lists: a step's walk is host work
+        self._ranks = [p[-1] for p in template.paths]
+        self._levels = [[i for i, p in enumerate(template.paths) if len(p) == d] for d in range(1, template.depth + 1)]
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, **options) -> "RecyclingProposer":
@@ -139,17 +138,21 @@ class RecyclingProposer(DraftSource):
 
     def propose(self, context: Sequence[int]) -> DraftTree:
         """Grow the template from the current token; nodes whose token is unknown are dropped."""
-        tokens = torch.full((len(self.template.paths),), -1, dtype=torch.long)
+        tokens, current = [-1] * len(self._parents), int(context[-1])
         for level in self._levels:  # depth by depth: a node takes its rank among its parent's successors
-            parents = self._parents[level]
-            src = torch.where(parents < 0, int(context[-1]), tokens[parents.clamp(min=0)])
-            tokens[level] = torch.where(src >= 0, self.adjacency[src.clamp(min=0), self._ranks[level]], -1)
-        known = torch.nonzero(tokens >= 0).flatten()  # a node with an unknown parent is unknown too
-        new = torch.full((len(tokens),), -1, dtype=torch.long)
-        new[known] = torch.arange(len(known))
-        parents = self._parents[known]
-        parents = torch.where(parents < 0, -1, new[parents.clamp(min=0)])
-        return DraftTree(tokens[known], parents, (self.name,) * len(known))
+            nodes = [i for i in level if self._parents[i] < 0 or tokens[self._parents[i]] >= 0]  # an unknown parent: unknown
+            if not nodes:
+                break
+            rows = self.adjacency[[current if self._parents[i] < 0 else tokens[self._parents[i]] for i in nodes]].tolist()
+            for i, row in zip(nodes, rows):
+                tokens[i] = row[self._ranks[i]]
+        new, kept, parents = {}, [], []
+        for i, token in enumerate(tokens):  # parents come before their children
+            if token >= 0:
+                new[i] = len(kept)
+                kept.append(token)
+                parents.append(new[self._parents[i]] if self._parents[i] >= 0 else -1)
+        return DraftTree(torch.tensor(kept, dtype=torch.long), torch.tensor(parents, dtype=torch.long), (self.name,) * len(kept))
 
     def learn(self, outcome: StepOutcome) -> None:
         """Each fed token's row becomes the top-k the model just predicted after it (the last one wins)."""
