@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from families import SUPPORTED, family_model
@@ -120,6 +122,10 @@ def test_compiled_widths_bound_and_price_the_steps():
     assert len(chosen) == 3 and not window  # the widest compiled step: 4 tokens
     stepped = DraftPolicy(CPU, widths=(1, 4, 16))
     assert stepped.step_time(5, 10) == stepped.step_time(16, 10) > stepped.step_time(4, 10)  # padded to the next width
+    stepped.corrections = {0: 0.3, 4: -0.2}  # learned for the 4-wide bucket, and for all
+    for q, bucket in ((1, 1), (2, 4), (4, 4), (5, 16), (16, 16)):
+        factor = math.exp(stepped.corrections.get(bucket, 0.3))
+        assert stepped.step_time(q, 300) == pytest.approx(CPU.time(bucket, 300) * factor, rel=1e-12)
 
 
 def test_bad_arguments_are_refused():
