@@ -136,6 +136,8 @@ def test_bad_arguments_are_refused():
         CostModel.from_times({1: 0.1, 2: float("nan")})
     with pytest.raises(ValueError, match="prior"):
         DraftPolicy(CPU, settings=PolicySettings(prior=(2.0, 1.0)))
+    with pytest.raises(ValueError, match="width 128 is wider than the cost curve measures .64."):
+        DraftPolicy(CPU, widths=(1, 128))
     with pytest.raises(TypeError, match="does not implement the Proposer protocol"):
         adaptive_decode(model, PROMPT, cost=CPU, proposers=[42])
 

@@ -207,7 +207,7 @@ def test_package_names_and_bad_compile_dirs(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_cuda_graphs_replay_greedy_decoding():
+def test_cuda_graphs_replay_every_compiled_decoder():
     from torch._dynamo.utils import counters
 
     model = build_tiny("llama", 16, 1).float().cuda()

@@ -139,6 +139,9 @@ class DraftPolicy(Acceptance):
             self.widths = tuple(sorted(int(w) for w in self.widths))
             if not self.widths or self.widths[0] < 1:
                 raise ValueError(f"widths must be positive ints, got {self.widths}")
+            if self.widths[-1] > self.cost.max_width:
+                raise ValueError(f"width {self.widths[-1]} is wider than the cost curve measures ({self.cost.max_width}); "
+                                 "measure the widths the runner takes")
 
     # --- cost ---------------------------------------------------------------------------------
 

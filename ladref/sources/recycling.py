@@ -27,7 +27,7 @@ from ..proposer import DraftSource, StepOutcome
 from ..results import BatchResult, DecodeResult
 from ..runner import ModelFacts
 from ..tree import DraftTree
-from ..types import Budget, Prompts, TokenIds
+from ..types import Budget, Prompts
 
 
 @dataclass(frozen=True)
