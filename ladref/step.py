@@ -75,8 +75,10 @@ def draft_step(
         topk: > 0 returns the top-k next tokens after every fed token (`StepOutcome.top`).
 
     Returns:
-        The `StepOutcome`.
+        The `StepOutcome` (a step with nothing to verify is a `plain_step`).
     """
+    if window is None and chooser is None and not len(tree):  # nothing to verify: no tree to lay out
+        return plain_step(runner, current, tree, topk)
     past = runner.past_len
     step = build_step_inputs(current, None if window is None else window.grid, tree, past)
     layout = step.layout
@@ -96,6 +98,18 @@ def draft_step(
     return StepOutcome(position=past, input_ids=step.input_ids, tree=tree, tokens=verdict.tokens.tolist(), path=verdict.path,
                        root_pred=int(preds[0]), node_preds=preds[nodes], harvest=harvest,
                        top=logits.topk(topk, dim=-1).indices.cpu() if topk else None, window_tokens=layout.lookahead_len - 1)
+
+
+def plain_step(runner: Runner, current: int, tree: DraftTree, topk: int = 0) -> StepOutcome:
+    """`draft_step` with nothing to verify (an empty `tree`, no window, greedy): the current token
+    alone is fed and its argmax accepted. The outcome is the one a laid-out step gives; a row of a
+    busy batch, drafting nothing, takes this step at every pass."""
+    past, input_ids = runner.past_len, torch.tensor([current])
+    logits = runner.forward(input_ids, torch.tensor([past]), None, torch.tensor([0]))  # (1, V)
+    pred = int(logits[0].argmax())
+    runner.commit(past, torch.tensor([0]))
+    return StepOutcome(position=past, input_ids=input_ids, tree=tree, tokens=[pred], path=[], root_pred=pred,
+                       node_preds=torch.empty(0, dtype=torch.long), top=logits.topk(topk, dim=-1).indices.cpu() if topk else None)
 
 
 class StepChoice(Protocol):

@@ -106,6 +106,22 @@ def test_step_with_topk_reports_the_top_tokens_after_every_fed_token():
     assert runner.past_len == len(prompt) + len(outcome.path)  # the current token and the accepted path
 
 
+def test_a_step_with_nothing_to_verify_is_one_greedy_token():
+    """An empty tree without a window: the current token is fed alone at its position, its argmax
+    accepted, its top-k reported and its K/V committed, as a plain forward pass would."""
+    model, prompt = tiny_model("llama", 16, 0), [1, 2, 3]
+    runner, plain = ModelRunner(model), ModelRunner(model)
+    current = runner.prefill(torch.tensor(prompt), DecodeStats())
+    plain.prefill(torch.tensor(prompt), DecodeStats())
+    outcome = draft_step(runner, current, DraftTree.from_paths([], "s"), None, topk=3)
+    logits = plain.forward(torch.tensor([current]))[-1]  # (V,)
+    assert outcome.tokens == [int(logits.argmax())] == [outcome.root_pred] and outcome.path == []
+    assert outcome.input_ids.tolist() == [current] and outcome.position == len(prompt) - 1 and outcome.window_tokens == 0
+    assert outcome.top.tolist() == [logits.topk(3).indices.tolist()] and outcome.node_preds.shape == (0,)
+    assert runner.past_len == plain.past_len == len(prompt)
+    assert torch.equal(runner.forward(torch.tensor([outcome.tokens[0]])), plain.forward(torch.tensor([outcome.tokens[0]])))
+
+
 def test_verification_speeds_up_repetitive_text():
     model, prompt = tiny_model("llama", 16, 0), [1, 2, 3]  # its greedy text cycles with period 5
     result = lookahead_decode(model, prompt, 60, config=LookaheadConfig(4, 4, 4), eos_token_id=[])
