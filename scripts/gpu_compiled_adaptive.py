@@ -18,6 +18,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from ladref import CompiledDecoder, greedy_decode, load_default_model
+from ladref.bench.agreement import first_divergence, greedy_gap_at
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.fast.adaptive import AdaptiveDecoder, remembering_proposers
 from ladref.fast.compiled import CompiledAdaptiveDecoder
@@ -87,13 +88,10 @@ def main() -> None:
 
 
 def first_difference(model: torch.nn.Module, prompt: torch.Tensor, reference: list[int], tokens: list[int]) -> str:
-    """Where `tokens` first leaves `reference` (eager greedy's), and eager's top-2 logit gap there."""
-    i = next(i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b)
-    ids = torch.cat([prompt.to(model.device), torch.tensor(reference[:i], device=model.device)])[None]
-    with torch.inference_mode():
-        top = model(ids).logits[0, -1].float().topk(2)
-    return (f"first differs at new token {i} ({tokens[i]} for {reference[i]}); eager's top-2 logits there "
-            f"{top.values[0]:.3f} ({int(top.indices[0])}), {top.values[1]:.3f} ({int(top.indices[1])}): gap {top.values[0] - top.values[1]:.3f}")
+    """Where `tokens` first leaves `reference` (eager greedy's), and eager greedy's top-2 logit gap
+    there, its own computation replayed (`ladref.bench.agreement.greedy_gap_at`)."""
+    i = first_divergence(reference, tokens)
+    return f"first differs at new token {i} ({tokens[i]} for {reference[i]}); eager greedy's top-2 gap there {greedy_gap_at(model, prompt, reference, i):.3f}"
 
 
 if __name__ == "__main__":
