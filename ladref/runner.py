@@ -4,8 +4,8 @@ Everything model-specific lives here: the prompt prefill, the forward pass with 
 additive mask and explicit position ids (on a CPU, a pass of several rows computes the output
 head itself: `forward_logits`), and the KV-cache commit that keeps an accepted
 verification branch by gathering its keys/values; and the static-cache primitives that
-`ladref.fast.static.StaticRunner` builds its constant-shape steps from, with the attention they
-run (`shared_kv_scope`). The rest of ladref only sees runners.
+`ladref.fast.static.StaticRunner` builds its constant-shape steps from; and the attention every
+pass runs (`shared_kv_scope`). The rest of ladref only sees runners.
 
 Facts this module relies on (transformers 5.x):
   * a 4-D float mask of shape (1, 1, q, past + q) is passed to attention as-is; a *bool* 4-D mask
@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, DynamicCache, DynamicLayer, StaticCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from .kernels import SMALL_ROWS, attention_scope, linear_scope, sdpa_backends
 from .masks import prepend_prompt, to_additive
@@ -83,8 +84,9 @@ class ModelFacts:
         small_linears: whether a pass of a few rows computes its linear layers as W @ x^T
             (`ladref.kernels.linear_scope`): a float32 / float64 CPU model (where it was measured faster).
         shared_kv: whether `shared_kv_scope` changes how it attends: a CPU model on SDPA attention
-            with fewer key/value heads than query heads (its static steps also attend over the
-            slots they use only: `ladref.fast.static.StaticRunner.span`).
+            with fewer key/value heads than query heads. Its passes of several tokens
+            (`forward_logits`) and all its static steps attend with the heads shared, and a static
+            step over the slots it uses only (`ladref.fast.static.StaticRunner.span`).
     """
 
     vocab_size: int
@@ -246,11 +248,14 @@ def shared_kv_scope(model: torch.nn.Module, facts: ModelFacts):
     """Within: `model` attends with `shared_kv_attention` where ``facts.shared_kv``; any other model
     attends as it is. The config's attention implementation (which its sub-configs follow) is set
     on entering and restored on leaving (attribute writes, no walk over the modules), so every pass
-    of a static runner runs inside it."""
+    of a runner runs inside it. A pass sent no mask (a prompt's prefill, a causal step) gets the
+    mask transformers makes for SDPA: for an implementation without a mask function of its own it
+    would make none, and SDPA's causal flag over a longer cache would cut the keys to the queries'."""
     if not facts.shared_kv:
         yield
         return
     AttentionInterface.register(SHARED_KV, shared_kv_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SHARED_KV, sdpa_mask)  # a pass sent no mask gets SDPA's (else none: keys cut wrong)
     model.config._attn_implementation = SHARED_KV
     try:
         yield
@@ -314,8 +319,10 @@ class Runner:
         return 0 if self.pending is None else self.pending.shape[0]
 
     def details(self) -> list[str]:
-        """What a timing of this runner depends on besides the model (`ladref.fast.timing.describe`)."""
-        return ["sdpa=" + ("+".join(k.name.lower() for k in self.kernels) if self.kernels else "default")]
+        """What a timing of this runner depends on besides the model (`ladref.fast.timing.describe`): its
+        SDPA kernels, and whether key/value heads are shared by their query heads (`shared_kv_scope`)."""
+        return (["sdpa=" + ("+".join(k.name.lower() for k in self.kernels) if self.kernels else "default")]
+                + (["kv_heads=shared"] if self.facts.shared_kv else []))
 
     @property
     def past_len(self) -> int:
@@ -476,7 +483,12 @@ def batch_forward(model: torch.nn.Module, facts: ModelFacts, cache: DynamicCache
 def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[str, object], keep: torch.Tensor | None) -> torch.Tensor:
     """One forward pass: the (B, k, V) logits at the step positions `keep` (None: all Q), in float32
     (float64 if the model is float64). A pass of a few rows (B x Q in `ladref.kernels.SMALL_ROWS`) of
-    a model with ``facts.small_linears`` computes its linear layers as W @ x^T (`linear_scope`).
+    a model with ``facts.small_linears`` computes its linear layers as W @ x^T (`linear_scope`), and
+    a pass of several tokens (Q >= 2) of a model with ``facts.shared_kv`` attends with each key/value
+    head shared by its query heads (`shared_kv_scope`): a drafting step's mask would otherwise copy
+    the whole cache H / H_kv times. A one-token pass copies nothing: transformers folds the query
+    heads onto their key/value head itself (``pack_gqa``), and SDPA's shared heads measured no
+    faster for it.
 
     A pass keeping several rows (B x k >= 2) of a model with ``facts.own_head`` asks the model for
     its last hidden state and no logits, and computes the head itself, as W @ h^T: CPU BLAS takes
@@ -490,7 +502,8 @@ def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[st
         keep: (k,) step positions, every row; passed to the model as ``logits_to_keep`` when it takes it.
     """
     batch, q = inputs["input_ids"].shape
-    with linear_scope(batch * q, facts.small_linears):
+    heads = shared_kv_scope(model, facts) if q > 1 else contextlib.nullcontext()  # one token: transformers' `pack_gqa`
+    with linear_scope(batch * q, facts.small_linears), heads:
         logits = _logits(model, facts, inputs, keep)
     return logits if logits.dtype == torch.float64 else logits.float()
 

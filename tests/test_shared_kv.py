@@ -1,8 +1,10 @@
 """Attention with shared key/value heads (`ladref.runner.shared_kv_attention`, `shared_kv_scope`): the
-attention a masked pass computes, without copying the cache once per query head; and a static
+attention a masked pass computes, without copying the cache once per query head, eager or static; and a static
 step that attends over the slots it uses only (`StaticRunner.span`)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +14,8 @@ from transformers import DynamicCache
 
 from ladref.fast.static import StaticRunner
 from ladref.results import DecodeStats
-from ladref.runner import SHARED_KV, ModelRunner, cache_arg, check_model, shared_kv_attention, shared_kv_scope
+from ladref.runner import (SHARED_KV, ModelRunner, batch_forward, cache_arg, check_model, new_cache, shared_kv_attention,
+                           shared_kv_scope)
 
 
 def reference_attention(query, key, value, mask, scale):
@@ -57,6 +60,41 @@ def test_a_model_in_the_scope_attends_with_shared_heads_and_computes_the_same(fa
             shared = model(**inputs, **{cache_arg(model): DynamicCache(config=model.config)}).logits
     assert model.config._attn_implementation == "sdpa"  # restored
     torch.testing.assert_close(shared, plain, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_an_eager_drafting_pass_attends_with_shared_heads_and_computes_the_same(rows):
+    """A masked pass over the growing cache (a drafting step of `ModelRunner`, a batch's pass) attends
+    with shared heads; transformers' own attention, what it computed before, would copy the whole
+    cache once per query head. The same logits (float64), then the same argmax."""
+    model = build_family("llama", seed=1)
+    facts = check_model(model)
+    seen = []
+    hook = model.model.layers[0].self_attn.register_forward_pre_hook(lambda *_: seen.append(model.config._attn_implementation))
+    ids, positions = torch.tensor([[3, 1, 4, 1, 5, 9, 2]]).repeat(rows, 1), torch.arange(7).repeat(rows, 1)
+    allowed = torch.ones(7, 7, dtype=torch.bool).tril_()
+    allowed[5:, 3:5] = False  # a tree's mask: two branches after a shared prefix
+    mask = torch.zeros(rows, 1, 7, 7, dtype=torch.float64).masked_fill_(~allowed, torch.finfo(torch.float64).min)
+    with torch.no_grad():
+        logits = {shared: batch_forward(model, replace(facts, shared_kv=shared), new_cache(model.config), ids, positions, mask)
+                  for shared in (False, True)}
+    hook.remove()
+    assert seen == ["sdpa", SHARED_KV] and model.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(logits[True], logits[False], rtol=1e-12, atol=1e-12)
+    assert torch.equal(logits[True].argmax(-1), logits[False].argmax(-1))
+
+
+def test_a_pass_sent_no_mask_attends_over_the_whole_cache_with_shared_heads():
+    """A prompt's prefill and a causal step send no mask: the model makes SDPA's. Without it, SDPA's
+    causal flag over a cache longer than the step would cut the keys to the step's first q."""
+    model = build_family("llama", seed=2)
+    logits = {}
+    for shared in (False, True):
+        runner = ModelRunner(model)
+        runner.facts = replace(runner.facts, shared_kv=shared)
+        runner.prefill(PROMPT, DecodeStats())
+        logits[shared] = torch.cat([runner.forward(STEP), runner.forward(STEP[:1])])  # (3 + 1, V): causal, then one token
+    torch.testing.assert_close(logits[True], logits[False], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("family, attn", [("gpt2", "sdpa"), ("llama", "eager")])

@@ -179,8 +179,8 @@ class StaticRunner(Runner):
     def details(self) -> list[str]:
         """The kernels, what a static step attends over (the slots it uses, or all max_length of
         them: `span`), and how (key/value heads shared by their query heads: `ladref.runner.shared_kv_scope`)."""
-        shared = (["kv_heads=shared"] if self.facts.shared_kv else []) + (["span=used"] if self.cuts() else [])
-        return super().details() + shared + [f"compile_mode={self.compile_mode}", f"max_length={self.max_length}"]
+        return super().details() + (["span=used"] if self.cuts() else []) + [f"compile_mode={self.compile_mode}",
+                                                                            f"max_length={self.max_length}"]
 
     def cuts(self, step: Callable | None = None) -> bool:
         """Whether `step` (default: the compiled steps) attends over the slots it uses only (`span`):
