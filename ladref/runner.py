@@ -4,8 +4,9 @@ Everything model-specific lives here: the prompt prefill, the forward pass with 
 additive mask and explicit position ids (on a CPU, a pass of several rows computes the output
 head itself: `forward_logits`), and the KV-cache commit that keeps an accepted
 verification branch by gathering its keys/values; and the static-cache primitives that
-`ladref.fast.static.StaticRunner` builds its constant-shape steps from; and the attention every
-pass runs (`shared_kv_scope`). The rest of ladref only sees runners.
+`ladref.fast.static.StaticRunner` builds its constant-shape steps from; and the attention that
+static steps and eager passes of several tokens run (`shared_kv_scope`). The rest of ladref only
+sees runners.
 
 Facts this module relies on (transformers 5.x):
   * a 4-D float mask of shape (1, 1, q, past + q) is passed to attention as-is; a *bool* 4-D mask
@@ -247,10 +248,11 @@ def shared_kv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
 def shared_kv_scope(model: torch.nn.Module, facts: ModelFacts):
     """Within: `model` attends with `shared_kv_attention` where ``facts.shared_kv``; any other model
     attends as it is. The config's attention implementation (which its sub-configs follow) is set
-    on entering and restored on leaving (attribute writes, no walk over the modules), so every pass
-    of a runner runs inside it. A pass sent no mask (a prompt's prefill, a causal step) gets the
-    mask transformers makes for SDPA: for an implementation without a mask function of its own it
-    would make none, and SDPA's causal flag over a longer cache would cut the keys to the queries'."""
+    on entering and restored on leaving (attribute writes, no walk over the modules), so every
+    static step, and every eager pass of several tokens (`forward_logits`), runs inside it. A pass
+    sent no mask (a prompt's prefill, a causal step) gets the mask transformers makes for SDPA: for
+    an implementation without a mask function of its own it would make none, and SDPA's causal
+    flag over a longer cache would cut the keys to the queries'."""
     if not facts.shared_kv:
         yield
         return
