@@ -10,8 +10,11 @@ shape (docs/attention_kernels.md).
 On a CPU, torch's BLAS computes ``F.linear(x, W)`` = x @ W^T over a few rows badly: 2 or 3 rows
 as one matrix-vector product per row, each reading all of W, and 4 to 16 rows at about a third of
 the memory bandwidth, while the same product taken as W @ x^T reads W once at full speed
-(benchmarks/results/step_breakdown/head_gemm.log). A pass of `SMALL_ROWS` rows therefore runs
-inside `linear_scope`, which computes every linear layer that way. This module only uses torch.
+(benchmarks/results/step_breakdown/head_gemm.log). One row is a matrix-vector product however it
+is written, and that reads W at about a third of the speed too, once W is out of the caches (as a
+model's weights are): so one row is taken as W @ [x; 0]^T, two columns, the second zero
+(benchmarks/results/step_breakdown/one_row/). A pass of `SMALL_ROWS` rows therefore runs inside
+`linear_scope`, which computes every linear layer that way. This module only uses torch.
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ KERNELS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH,
 AUTO_KERNELS = {"cuda": ("efficient", "math"), "cpu": ("flash", "math")}
 MASKED_KERNELS = {"cuda": ("efficient", "cudnn", "math"), "cpu": ("flash", "math")}
 # the rows (B x q) of a CPU pass whose linear layers run as W @ x^T (`linear_scope`); measured faster there,
-# net of the scope's own cost (benchmarks/results/step_breakdown/linears_ab.log)
-SMALL_ROWS = range(2, 6)
+# net of the scope's own cost (benchmarks/results/step_breakdown/linears_ab.log; one row: .../one_row/)
+SMALL_ROWS = range(1, 6)
+# one row's W @ [x; 0]^T pays only for a W the caches do not hold (256 KiB in float32 and up): a W read
+# again and again took as long either way (head_gemm.log), and a tiny model's FLOPs stay those it computes
+ONE_ROW_MIN_WEIGHTS = 1 << 16
 
 
 def check_attention_backend(choice: object) -> None:
@@ -93,7 +99,10 @@ class SmallRowLinears(TorchFunctionMode):
 
 
 def small_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, for x of `SMALL_ROWS` rows computed as (W @ x^T)^T, contiguous.
+    """``F.linear(x, weight, bias)``, for x of `SMALL_ROWS` rows computed as (W @ x^T)^T, contiguous;
+    one row as W @ [x; 0]^T, whose first column it keeps (a product of two columns is a matrix
+    product, which reads W at full speed; one column is a matrix-vector product, which does not),
+    for a W of `ONE_ROW_MIN_WEIGHTS` elements or more.
 
     Args:
         x: (..., K) inputs, R rows in all; weight: (N, K) W; bias: (N,) or None.
@@ -102,9 +111,12 @@ def small_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         (..., N): equal to ``F.linear`` up to the rounding of another summation order.
     """
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    if weight.dim() != 2 or rows not in SMALL_ROWS:
+    if weight.dim() != 2 or rows not in SMALL_ROWS or (rows == 1 and weight.numel() < ONE_ROW_MIN_WEIGHTS):
         return F.linear(x, weight, bias)
-    out = (weight @ x.reshape(rows, -1).T).T.contiguous()  # (R, N); left transposed, the layers after it run slower
+    flat = x.reshape(rows, -1)  # (R, K)
+    if rows == 1:
+        flat = torch.cat([flat, flat.new_zeros(flat.shape)])  # (2, K): [x; 0]
+    out = (weight @ flat.T)[:, :rows].T.contiguous()  # (R, N); left transposed, the layers after it run slower
     out = out.reshape(*x.shape[:-1], weight.shape[0])
     return out if bias is None else out + bias
 

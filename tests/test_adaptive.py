@@ -167,8 +167,8 @@ def test_compiled_width_buckets_serve_adaptive_decoding_exactly():
 
     torch._dynamo.reset()
     model = build_tiny("llama", 16, 1).float()
-    runner = StaticRunner(model, 128, compile_mode="max-autotune", widths=(1, 4, 16))
-    assert runner.compile() > 0 and sorted(runner.compile_s) == [1, 4, 16]
+    runner = StaticRunner(model, 128, compile_mode="max-autotune", widths=(1, 4))  # two widths: ~25 s of max-autotune each
+    assert runner.compile() > 0 and sorted(runner.compile_s) == [1, 4]
     graphs = dict(counters["stats"])
     decoder = AdaptiveDecoder(model, cost=CPU, runner=runner, keep_learning=True)
     buckets = set()

@@ -2,7 +2,7 @@
 
 A lookahead step feeds q = (N-1)(W+g) tokens and yields S tokens on average, so its speedup over
 greedy is predicted as ``S * t(1) / t(q)`` with t(q) the time of a q-token forward pass (flat
-while the hardware is underused, as on a GPU; on a CPU it jumps at q = 2, then grows:
+while the hardware is underused, as on a GPU; on a CPU it grows within a few tokens:
 docs/cost_model.md). `recommend` measures t(q) with `ladref.fast.cost.CostModel` for a few block sizes
 and, for a few candidate configs, S and the wall-clock time of real decoding with greedy
 interleaved on the same prompts; it recommends the config *measured* fastest among those faster

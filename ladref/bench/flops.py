@@ -27,7 +27,7 @@ of steps: its FLOPs ratio to greedy is roughly (N-1)(W+G) / S (the paper's "extr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -225,7 +225,9 @@ def measure_forward_flops(model: torch.nn.Module, new_tokens: int, context: int,
 
     Fills the KV cache with `context` arbitrary tokens (not counted), then counts a pass over
     `new_tokens` more with `logits` logits kept (default all). Use an eager-attention model:
-    fused SDPA kernels may not be counted on every device.
+    fused SDPA kernels may not be counted on every device. The pass computes its linear layers as
+    the model's modules do (`F.linear`): ladref's CPU product for one row, W @ [x; 0]^T
+    (`ladref.kernels.linear_scope`), would count its zero column too.
 
     Returns:
         The counted FLOPs, to compare with `forward_flops`.
@@ -235,6 +237,7 @@ def measure_forward_flops(model: torch.nn.Module, new_tokens: int, context: int,
     from ..runner import ModelRunner
 
     runner = ModelRunner(model)
+    runner.facts = replace(runner.facts, small_linears=False)  # the model's own F.linear
     vocab = model.get_input_embeddings().num_embeddings
     with torch.inference_mode():
         if context:
