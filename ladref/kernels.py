@@ -10,11 +10,13 @@ shape (docs/attention_kernels.md).
 On a CPU, torch's BLAS computes ``F.linear(x, W)`` = x @ W^T over a few rows badly: 2 or 3 rows
 as one matrix-vector product per row, each reading all of W, and 4 to 16 rows at about a third of
 the memory bandwidth, while the same product taken as W @ x^T reads W once at full speed
-(benchmarks/results/step_breakdown/head_gemm.log). One row is a matrix-vector product however it
-is written, and that reads W at about a third of the speed too, once W is out of the caches (as a
-model's weights are): so one row is taken as W @ [x; 0]^T, two columns, the second zero
-(benchmarks/results/step_breakdown/one_row/). A pass of `SMALL_ROWS` rows therefore runs inside
-`linear_scope`, which computes every linear layer that way. This module only uses torch.
+(benchmarks/results/step_breakdown/head_gemm.log); a whole pass gains up to 8 rows, and from 10 to
+15 rows W @ x^T is the slower (benchmarks/results/step_breakdown/wide_rows/). One row is a
+matrix-vector product however it is written, and that reads W at about a third of the speed too,
+once W is out of the caches (as a model's weights are): so one row is taken as W @ [x; 0]^T, two
+columns, the second zero (benchmarks/results/step_breakdown/one_row/). A pass of `SMALL_ROWS` rows
+therefore runs inside `linear_scope`, which computes every linear layer that way. This module only
+uses torch.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ KERNELS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH,
 AUTO_KERNELS = {"cuda": ("efficient", "math"), "cpu": ("flash", "math")}
 MASKED_KERNELS = {"cuda": ("efficient", "cudnn", "math"), "cpu": ("flash", "math")}
 # the rows (B x q) of a CPU pass whose linear layers run as W @ x^T (`linear_scope`); measured faster there,
-# net of the scope's own cost (benchmarks/results/step_breakdown/linears_ab.log; one row: .../one_row/)
-SMALL_ROWS = range(1, 6)
+# net of the scope's own cost (step_breakdown/linears_ab.log; one row: one_row/; 6-16 rows: wide_rows/, 10-15 slower)
+SMALL_ROWS = range(1, 9)
 # one row's W @ [x; 0]^T pays only for a W the caches do not hold (256 KiB in float32 and up): a W read
 # again and again took as long either way (head_gemm.log), and a tiny model's FLOPs stay those it computes
 ONE_ROW_MIN_WEIGHTS = 1 << 16

@@ -6,6 +6,10 @@ A measurement script: it rebinds ``ladref.kernels.SMALL_ROWS`` for each variant'
 has no switch). Step widths timed through `ModelRunner` at KV 512 (`head_ab.widths_ab`), then
 greedy and adaptive over 12 Spec-Bench prompts and batched greedy over the first 8 and all 12 of
 them (`head_ab.decoders_ab`). Its log: wide_linears_ab.log.
+
+Its width turns measured nothing: `head_ab.widths_ab` calls ``use`` only when it builds the
+runners, and ``SMALL_ROWS`` is read at every pass, so both sides ran with the last binding, the
+old one. `wide_rows/wide_rows_ab.py` switches the sides before every pass.
 """
 import sys
 
