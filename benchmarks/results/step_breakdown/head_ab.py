@@ -30,7 +30,9 @@ def use(variant: str) -> None:
 
 
 def widths_ab(use, kv: int = 512, widths=(1, 2, 3, 4, 6, 8, 16, 32, 64), rounds: int = 8) -> None:
-    """Steps of q tokens through `ModelRunner`, each variant (`use(name)` turns it on) in turn."""
+    """Steps of q tokens through `ModelRunner`, each variant (`use(name)` turns it on) in turn: `use` is
+    called when a variant's runner is built and again before each of its passes, for a switch read
+    at every pass (``ladref.kernels.SMALL_ROWS``) as well as one read when a runner is built."""
     runners = {}
     for variant in ("new", "old"):
         use(variant)
@@ -41,6 +43,7 @@ def widths_ab(use, kv: int = 512, widths=(1, 2, 3, 4, 6, 8, 16, 32, 64), rounds:
         for q in widths:
             for variant in (("new", "old") if rnd % 2 else ("old", "new")):
                 r, ids = runners[variant], torch.arange(q) + 100
+                use(variant)
                 start = time.perf_counter()
                 r.forward(ids, None, torch.ones(q, q, dtype=torch.bool).tril_())
                 seconds = time.perf_counter() - start

@@ -7,9 +7,10 @@ has no switch). Step widths timed through `ModelRunner` at KV 512 (`head_ab.widt
 greedy and adaptive over 12 Spec-Bench prompts and batched greedy over the first 8 and all 12 of
 them (`head_ab.decoders_ab`). Its log: wide_linears_ab.log.
 
-Its width turns measured nothing: `head_ab.widths_ab` calls ``use`` only when it builds the
-runners, and ``SMALL_ROWS`` is read at every pass, so both sides ran with the last binding, the
-old one. `wide_rows/wide_rows_ab.py` switches the sides before every pass.
+The width turns in its log measured nothing: `head_ab.widths_ab` then called ``use`` only when it
+built the runners, and ``SMALL_ROWS`` is read at every pass, so both sides ran with the last
+binding, the old one. `widths_ab` now calls it before every pass too; the measurement since is
+`wide_rows/wide_rows_ab.py` (its log beside it).
 """
 import sys
 
