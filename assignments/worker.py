@@ -8,7 +8,7 @@ stdin) is ``{"seed": int, "cases": {group: [case, ...]} | null, "case_timeout": 
 ``"cases": null`` the worker draws them itself from ``MODULE.cases(seed)`` and writes them first
 (that is how the autograder records the reference's answers). The report is JSON lines:
 
-    {"imported": path of ladref}                      the package imported
+    {"imported": path of ladref}                      the probes and the task's module imported
     {"groups": {group: {"points", "visible", "cases"}}}  only when the cases were drawn here
     {"group", "id", "got": observation}               or "error": "Type: message"
 
@@ -77,11 +77,11 @@ def main(argv: list[str]) -> int:
     sys.path[:0] = [package, probes]
     signal.signal(signal.SIGALRM, expire)
     with os.fdopen(report_fd, "w") as report:
+        module = importlib.import_module(name)  # the probes import the task's module: the submitted code runs here
         import ladref
 
         report.write(json.dumps({"imported": ladref.__file__}) + "\n")
         report.flush()
-        module = importlib.import_module(name)
         if hasattr(module, "warm_up"):  # slow first imports, done before any case is timed
             module.warm_up()
         cases = request["cases"]

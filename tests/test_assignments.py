@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from kit import load
+from kit import load, reference_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ROOT / "assignments"
@@ -186,7 +186,8 @@ def check_gradescope(results: dict, grade) -> None:
 
 @pytest.mark.slow
 def test_reference_scores_full_marks():
-    grade = autograde.grade(ROOT, seed=0)
+    tasks, snapshot, expected, seed = reference_answers()
+    grade = autograde.grade_submission(ROOT, tasks, snapshot, expected, seed=seed)
     assert grade.hidden and grade.score == grade.max_score == 100, report.summary(grade)
     results = report.gradescope(grade)
     check_gradescope(results, grade)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kit import load
+from kit import load, reference_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 autograde, make_student, report, tasks_mod, sandbox = map(load, ("autograde", "make_student", "report", "tasks", "sandbox"))
@@ -197,8 +197,9 @@ def test_a_submission_looping_in_every_task_ends_within_its_limits(tmp_path):
                    for line in text.splitlines() for indent in [line[: len(line) - len(line.lstrip())]]]
         (folder / task.module).parent.mkdir(parents=True, exist_ok=True)
         (folder / task.module).write_text("\n".join(looping) + "\n")
+    tasks, snapshot, expected, seed = reference_answers()
     start = time.perf_counter()
-    grade = autograde.grade(folder, seed=0, case_timeout=1, task_timeout=60, sandbox_user=None)
+    grade = autograde.grade_submission(folder, tasks, snapshot, expected, seed=seed, case_timeout=1, task_timeout=60)
     groups = sum(len(t.groups) for t in grade.tasks)
     assert grade.score == 0 and all(t.error is None for t in grade.tasks), report.summary(grade)
     # each group stops at its first case (1 s); the rest is starting its process, which imports torch
