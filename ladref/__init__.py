@@ -48,29 +48,40 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the public names, each imported from its module when first used (below)
-    from .config import LookaheadConfig
-    from .decode import draft_decode
-    from .fast.adaptive import AdaptiveDecoder, adaptive_decode
-    from .fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
-    from .fast.cost import CostModel
-    from .fast.cost_cache import CostCache
-    from .fast.surface import CostSurface
-    from .generate import lookahead_generator
-    from .greedy import greedy_decode
-    from .models import chat_ids, default_device, load_default_model
-    from .options import DecodeOptions
-    from .proposer import DraftSource, Proposer, StepOutcome
-    from .results import BatchResult, DecodeResult, DecodeStats
-    from .sampling import sample_decode
-    from .sources.jacobi import JacobiProposer, jacobi_decode
-    from .sources.lookahead import LookaheadProposer, LookaheadWindow, lookahead_decode
-    from .sources.prompt_lookup import PromptLookupProposer, prompt_lookup_decode
-    from .sources.recycling import RecyclingProposer, TreeTemplate, recycling_decode
-    from .sources.suffix import SuffixProposer, suffix_decode
-    from .sources.suffix_trie import SuffixMemory
-    from .tree import DraftTree
-    from .types import EosIds, Streamer, TokenIds, Tokenizer
+if TYPE_CHECKING:  # the public names (`x as x`: exported to type checkers), each imported on first use (below)
+    from .config import LookaheadConfig as LookaheadConfig
+    from .decode import draft_decode as draft_decode
+    from .fast.adaptive import AdaptiveDecoder as AdaptiveDecoder, adaptive_decode as adaptive_decode
+    from .fast.compiled import CompiledAdaptiveDecoder as CompiledAdaptiveDecoder, CompiledDecoder as CompiledDecoder
+    from .fast.cost import CostModel as CostModel
+    from .fast.cost_cache import CostCache as CostCache
+    from .fast.surface import CostSurface as CostSurface
+    from .generate import lookahead_generator as lookahead_generator
+    from .greedy import greedy_decode as greedy_decode
+    from .models import chat_ids as chat_ids, default_device as default_device, load_default_model as load_default_model
+    from .options import DecodeOptions as DecodeOptions
+    from .proposer import DraftSource as DraftSource, Proposer as Proposer, StepOutcome as StepOutcome
+    from .results import BatchResult as BatchResult, DecodeResult as DecodeResult, DecodeStats as DecodeStats
+    from .sampling import sample_decode as sample_decode
+    from .sources.jacobi import JacobiProposer as JacobiProposer, jacobi_decode as jacobi_decode
+    from .sources.lookahead import (
+        LookaheadProposer as LookaheadProposer,
+        LookaheadWindow as LookaheadWindow,
+        lookahead_decode as lookahead_decode,
+    )
+    from .sources.prompt_lookup import (
+        PromptLookupProposer as PromptLookupProposer,
+        prompt_lookup_decode as prompt_lookup_decode,
+    )
+    from .sources.recycling import (
+        RecyclingProposer as RecyclingProposer,
+        TreeTemplate as TreeTemplate,
+        recycling_decode as recycling_decode,
+    )
+    from .sources.suffix import SuffixProposer as SuffixProposer, suffix_decode as suffix_decode
+    from .sources.suffix_trie import SuffixMemory as SuffixMemory
+    from .tree import DraftTree as DraftTree
+    from .types import EosIds as EosIds, Streamer as Streamer, TokenIds as TokenIds, Tokenizer as Tokenizer
 
 
 def _public_names() -> dict[str, str]:
