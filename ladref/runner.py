@@ -390,10 +390,12 @@ class ModelRunner(Runner):
         model: a decoder-only transformers model using eager or SDPA attention.
         attention_backend: which SDPA kernels every forward may use (`sdpa_backends`); "auto"
             avoids kernels that plan per shape.
+        facts: the model's facts when the caller has checked it already (`check_model`), or
+            changed one of them (a measurement of the model's own ``F.linear``).
     """
 
-    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto") -> None:
-        super().__init__(model, attention_backend)
+    def __init__(self, model: torch.nn.Module, attention_backend: str = "auto", facts: ModelFacts | None = None) -> None:
+        super().__init__(model, attention_backend, facts)
         self.cache = new_cache(model.config)
         self._cache_arg = cache_arg(model) or "past_key_values"
 

@@ -69,6 +69,16 @@ def test_a_building_block_imports_without_transformers_and_every_public_name_res
         exec("from ladref import LookAheadConfig")  # noqa: S102
 
 
+def test_every_public_name_is_an_explicit_re_export():
+    """The ``if TYPE_CHECKING:`` imports name each public name ``x as x``: ``__all__`` is computed,
+    and a type checker that reads no computed ``__all__`` (mypy --strict) takes only that form as
+    exported (PEP 484)."""
+    tree = ast.parse((ROOT / "ladref" / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    plain = [alias.name for node in block.body for alias in node.names if alias.asname != alias.name]
+    assert not plain, f"write these as `x as x`: {plain}"
+
+
 def test_no_core_module_imports_bench_even_lazily():
     offenders = {p.name: sorted(n for n in imports(p) if n.startswith("ladref.bench")) for p in CORE}
     assert not {k: v for k, v in offenders.items() if v}

@@ -90,8 +90,7 @@ def test_a_pass_sent_no_mask_attends_over_the_whole_cache_with_shared_heads():
     model = build_family("llama", seed=2)
     logits = {}
     for shared in (False, True):
-        runner = ModelRunner(model)
-        runner.facts = replace(runner.facts, shared_kv=shared)
+        runner = ModelRunner(model, facts=replace(check_model(model), shared_kv=shared))
         runner.prefill(PROMPT, DecodeStats())
         logits[shared] = torch.cat([runner.forward(STEP), runner.forward(STEP[:1])])  # (3 + 1, V): causal, then one token
     torch.testing.assert_close(logits[True], logits[False], rtol=1e-12, atol=1e-12)

@@ -234,10 +234,9 @@ def measure_forward_flops(model: torch.nn.Module, new_tokens: int, context: int,
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..runner import ModelRunner
+    from ..runner import ModelRunner, check_model
 
-    runner = ModelRunner(model)
-    runner.facts = replace(runner.facts, small_linears=False)  # the model's own F.linear
+    runner = ModelRunner(model, facts=replace(check_model(model), small_linears=False))  # the model's own F.linear
     vocab = model.get_input_embeddings().num_embeddings
     with torch.inference_mode():
         if context:
