@@ -11,7 +11,10 @@ rates along its path (`values`; siblings from different sources scaled by `exclu
 
 The probes (each step's best draft-only choice, `watch`ed fed or not) keep `trust`: the draft
 tokens they matched per draft token they expected, the correction for choosing nodes because
-their estimates are high.
+their estimates are high. The window's value is what its source's drafts won BEYOND the other
+sources' drafts of the same step (how much deeper its tree matched the coming tokens than the
+best of theirs): the tokens a step would lose without the window, not the tokens the pool's
+drafts matched, most of which another source drafts too.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class Pending:
     node: int = -1  # the deepest node matched so far (-1: the root)
     expected: float = 0.0  # a probe's expected accepted draft tokens
     matched: int = 0  # draft tokens matched so far
+    group: int = -1  # the step whose proposals it is one of (-1: a probe)
 
 
 @dataclass
@@ -93,8 +97,11 @@ class Acceptance:
         settings: the prior of every rate and the window's source (`ladref.fast.policy.PolicySettings`).
         rates: the learned acceptance rate of every (source, evidence, depth, sibling rank).
         pending: the proposed trees and probes still being checked against the coming tokens.
-        window_value: the tokens per step the window's source would recently have won.
+        window_value: the tokens per step the window's source recently won beyond the other sources.
         probes: what the probes expected and matched (`trust`).
+        groups: per step still being checked, [the window source's tree's matched depth, the best
+            other tree's, the trees still alive].
+        proposals: the steps proposed so far (each step's trees form one group).
     """
 
     settings: Any  # a `ladref.fast.policy.PolicySettings`: its `prior` and `window_source`
@@ -102,6 +109,8 @@ class Acceptance:
     pending: list[Pending]
     window_value: float
     probes: ProbeTally
+    groups: dict[int, list[int]]
+    proposals: int
 
     def rate(self, key: Key) -> float:
         found, (a, b) = self.rates.get(key), self.settings.prior
@@ -125,9 +134,11 @@ class Acceptance:
         `evidence`: per tree, what its source says of the draft's strength (prompt lookup: the
         length of the suffix it matched); rates are learned apart for each value.
         """
+        group, self.proposals = self.proposals, self.proposals + 1
         for tree, seen in zip(trees, [0] * len(trees) if evidence is None else evidence):
             if len(tree):
-                self.pending.append(Pending(tree, self.keys(tree, seen)))
+                self.pending.append(Pending(tree, self.keys(tree, seen), group=group))
+                self.groups.setdefault(group, [0, 0, 0])[2] += 1
 
     def watch(self, probe: DraftTree | None, expected: float) -> None:
         """Check a probe, `Choice.probe`, against the coming tokens like a proposed tree, fed or
@@ -136,37 +147,48 @@ class Acceptance:
             self.pending.append(Pending(probe, None, expected=expected))
 
     def observe(self, tokens: Sequence[int]) -> None:
-        """The next tokens of the text are known: every pending tree learns how far it was right."""
+        """The next tokens of the text are known: every pending tree learns how far it was right,
+        and the window's value moves toward what its source won beyond the others in the steps
+        whose trees are all done matching now."""
         still, won = [], 0
         for item in self.pending:
-            alive, item_won = self._follow(item, tokens)
-            won += item_won
-            if alive:
+            if self._follow(item, tokens):
                 still.append(item)
             elif item.keys is None:
                 self.probes.expected += item.expected
                 self.probes.matched += item.matched
+            else:
+                won += self._settle(item)
         self.pending = still
         self.window_value = 0.9 * self.window_value + 0.1 * won
 
-    def _follow(self, item: Pending, tokens: Sequence[int]) -> tuple[bool, int]:
+    def _settle(self, item: Pending) -> int:
+        """A proposed tree is done matching; once its step's trees all are, the tokens the window's
+        source matched beyond the best other source's tree (else 0)."""
+        group = self.groups[item.group]
+        side = 0 if item.keys[0][0] == self.settings.window_source else 1
+        group[side] = max(group[side], item.matched)
+        group[2] -= 1
+        if group[2]:
+            return 0
+        del self.groups[item.group]
+        return max(0, group[0] - group[1])
+
+    def _follow(self, item: Pending, tokens: Sequence[int]) -> bool:
         """Walk `item` down `tokens`, counting every reached node's rate (a probe's: none).
 
         Returns:
-            (whether it can still match the tokens after these, the window source's nodes right).
+            whether it can still match the tokens after these.
         """
-        won = 0
         for token in tokens:
             children = item.tree.children.get(item.node, [])
             for child in children if item.keys is not None else ():  # every child was reached; one was right
-                right = int(item.tree.tokens[child]) == int(token)
-                self._count(item.keys[child], right)
-                won += right and item.keys[child][0] == self.settings.window_source
+                self._count(item.keys[child], int(item.tree.tokens[child]) == int(token))
             item.node = next((c for c in children if int(item.tree.tokens[c]) == int(token)), None)
             item.matched += item.node is not None
             if item.node is None or not item.tree.children.get(item.node):
-                return False, won
-        return True, won
+                return False
+        return True
 
     @property
     def trust(self) -> float:

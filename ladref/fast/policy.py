@@ -46,7 +46,8 @@ class PolicySettings:
         prior: (accepted, reached) pseudo-counts of every rate before any evidence (mean a/b).
         window_bonus: the floor of the window's value in tokens per step (> 0: fed when free).
         window_source: the source whose drafts the window keeps fresh (the lookahead pool); the
-            window's value is the tokens per step that source's drafts would recently have won.
+            window's value is the tokens per step that source's drafts recently won beyond the
+            other sources' drafts of the same steps.
         calibrate: correct the cost model by the measured time of every step (`DraftPolicy.timed`);
             off for a synthetic curve that must be taken as it is.
         smoothing: the weight of each new timing in the running corrections (0 < smoothing <= 1).
@@ -119,7 +120,8 @@ class DraftPolicy(Acceptance):
     Attributes:
         rates: the learned acceptance rate of every (source, evidence, depth, sibling rank).
         pending: the proposed trees and probes still being checked against the coming tokens.
-        window_value: the tokens per step the window's source would recently have won.
+        window_value: the tokens per step the window's source recently won beyond the other sources.
+        groups, proposals: the steps whose proposals are still being checked (`Acceptance`).
         corrections: log(measured / modelled) step time per width bucket (0: any bucket).
         probes: what the probes expected and matched (`trust`).
     """
@@ -130,6 +132,8 @@ class DraftPolicy(Acceptance):
     rates: dict[Key, Rate] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     window_value: float = 0.0
+    groups: dict[int, list[int]] = field(default_factory=dict)
+    proposals: int = 0
     corrections: dict[int, float] = field(default_factory=dict)
     probes: ProbeTally = field(default_factory=ProbeTally)
     _priced: tuple | None = field(default=None, init=False, repr=False, compare=False)  # the last `step_times`
