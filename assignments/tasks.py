@@ -131,11 +131,11 @@ TASKS: tuple[Task, ...] = (
     ),
     Task(
         "task1_6",
-        "ragged acceptance (a batch's accepted paths in one padded cache)",
-        "ladref/batch.py",
-        ("ragged_commit_plan",),
+        "a batch's KV cache (one padded cache, each row's slots marked, ragged commits)",
+        "ladref/batched/cache.py",
+        ("ragged_commit_plan", "BatchCache.forward", "BatchCache.commit"),
         points=10,
-        hours="1-2",
+        hours="2-3",
     ),
 )
 

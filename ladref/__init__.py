@@ -7,8 +7,9 @@
 Every decoder has one call shape: ``decode(model, input_ids, max_new_tokens, *, ...)``, its own
 options and then the keywords every decoder shares (`ladref.options`).
 
-Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast paths in
-`ladref.fast`, what you run in `ladref.bench`. In reading order (the tutorials' and the docs'):
+Five rooms: the core at the top, the draft sources in `ladref.sources`, the batch in
+`ladref.batched`, the fast paths in `ladref.fast`, what you run in `ladref.bench`. In reading
+order (the tutorials' and the docs'):
 
 1. `ladref.config` (W, N, G), `ladref.results` (what a call returns);
 2. `ladref.greedy` (the oracle) and `ladref.sources.jacobi` (the fixed-point iteration);
@@ -22,16 +23,18 @@ Four rooms: the core at the top, the draft sources in `ladref.sources`, the fast
    `ladref.sources.suffix` (suffix decoding, over the counted trie of `ladref.sources.suffix_trie`)
    and Jacobi's chain in `ladref.sources.jacobi`;
 6. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
-7. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve),
+7. the batch: `ladref.batched` (every row of a batch stepped by one tensor program: `drafts`,
+   `layout`, `verify`, `cache`, `state`, `step`, `loop`; the sources' batch forms in
+   `ladref.batched.sources`; adaptive decoding on a batch in `policy` and `acceptance`);
+8. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve),
    `ladref.fast.cost_cache` (curves measured once per machine) and `ladref.fast.surface` (the
    step cost of a batch, t(q, kv, B)), `ladref.fast.acceptance` (what drafts are worth, learned),
    `ladref.fast.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
    `ladref.fast.static`, `ladref.fast.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
-8. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
-   internals), `ladref.call` (input checks, stopping rules), `ladref.batch` (a batch of prompts:
-   every row the batch-1 loop, one forward pass for all), `ladref.rows` (a batch row by row: its
-   inputs, and the threads that decode its rows), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the
+9. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
+   internals), `ladref.call` (input checks, stopping rules), `ladref.rows` (one prompt or a batch:
+   the split every decoder makes), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the
    attention-kernel choice), `ladref.types`, `ladref.models` (the embedded model), `ladref.compat`
    (clear errors for earlier call shapes).
 

@@ -16,8 +16,12 @@ from .config import check_int
 from .options import DecodeOptions, accept
 from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from .results import BatchResult, DecodeResult
-from .rows import copy_for_row, decode_rows
-from .runner import Runner
+from .batched.loop import decode_batch
+from .batched.sample import BatchSampler
+from .batched.source import BatchChoice, FeedAll
+from .batched.sources import batched_sources
+from .rows import decode_prompts
+from .runner import ModelFacts, Runner
 from .sampling import chooser_for
 from .step import DraftBudget, StepChoice, run_drafting
 from .types import Budget, Prompts, TokenIds
@@ -34,9 +38,11 @@ def decode_with_proposers(
     options: DecodeOptions,
     draft_budget: int | None = None,
     choice: Callable[[Runner], StepChoice] | None = None,
+    batch_choice: Callable[[int], BatchChoice] | None = None,
 ) -> DecodeResult | BatchResult:
-    """Check the arguments, then run `ladref.step.run_drafting` in one `DecodeCall` per prompt
-    (a batch's rows run together: `ladref.batch`; each row drafts with its own copy of the proposers).
+    """Check the arguments, then run `ladref.step.run_drafting` in one `DecodeCall` for one prompt, or
+    the batched step for a batch (`ladref.batched.loop.decode_batch`, the proposers in their batch
+    forms: `ladref.batched.sources.batched_sources`).
 
     Args:
         proposers: the draft sources.
@@ -45,8 +51,9 @@ def decode_with_proposers(
             before any work (`ladref.proposer.step_needs`; deeper drafts are also dropped step by step).
         options: the shared keywords (`ladref.options.DecodeOptions`), checked by the caller.
         draft_budget: most draft tokens fed per step; None: all.
-        choice: makes each prompt's (each row's) `ladref.step.StepChoice` from its runner, which
-            knows the batch it runs in (`Runner.rows`); default `DraftBudget(draft_budget)`.
+        choice: makes one prompt's `ladref.step.StepChoice` from its runner; default `DraftBudget(draft_budget)`.
+        batch_choice: makes a batch's `ladref.batched.source.BatchChoice` from its rows; default
+            `ladref.batched.source.FeedAll(draft_budget)`.
 
     The other arguments are those of `draft_decode`.
     """
@@ -55,14 +62,20 @@ def decode_with_proposers(
         check_int("draft_budget", draft_budget, 1)
     reach = step_needs(proposers, extent).reach
 
-    def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
+    def one(prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
         chooser = chooser_for(options)
-        call = DecodeCall.begin(model, prompt, new_tokens, reach, options, runner)
-        run_drafting(call.runner, call.prompt, copy_for_row(proposers, runner), call.sink, call.stats, chooser,
-                     call.position_limit, DraftBudget(draft_budget) if choice is None else choice(call.runner))
+        call = DecodeCall.begin(model, prompt, new_tokens, reach, options)
+        run_drafting(call.runner, call.prompt, proposers, call.sink, call.stats, chooser, call.position_limit,
+                     DraftBudget(draft_budget) if choice is None else choice(call.runner))
         return call.finish(method)
 
-    return decode_rows(model, input_ids, max_new_tokens, options, one)
+    def many(prompts: list[TokenIds], budgets: list[int], options: DecodeOptions) -> BatchResult:
+        chooser_for(options)  # the sampling keywords, checked before any forward pass
+        sampler = BatchSampler.from_options(options, ModelFacts.of(model).device)
+        own = FeedAll(draft_budget) if batch_choice is None else batch_choice(len(prompts))
+        return decode_batch(model, prompts, budgets, options, method, batched_sources(proposers, extent, ModelFacts.of(model).vocab_size), own, sampler, reach)
+
+    return decode_prompts(input_ids, max_new_tokens, options, one, many)
 
 
 def draft_decode(

@@ -8,7 +8,8 @@ from typing_extensions import Unpack
 from .call import DecodeCall, TokenSink
 from .options import GreedyOptions, accept
 from .results import BatchResult, DecodeResult, DecodeStats
-from .rows import decode_rows
+from .batched.loop import decode_batch
+from .rows import decode_prompts
 from .runner import Runner
 from .types import Budget, Prompts, TokenIds
 
@@ -59,9 +60,10 @@ def greedy_decode(
     """
     accept("greedy_decode", options, GreedyOptions)
 
-    def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, options: GreedyOptions) -> DecodeResult:
-        call = DecodeCall.begin(model, prompt, new_tokens, 0, options, runner)
+    def one(prompt: TokenIds, new_tokens: int, options: GreedyOptions) -> DecodeResult:
+        call = DecodeCall.begin(model, prompt, new_tokens, 0, options)
         run_greedy(call.runner, call.prompt, call.sink, call.stats)
         return call.finish("greedy")
 
-    return decode_rows(model, input_ids, max_new_tokens, options, one)
+    return decode_prompts(input_ids, max_new_tokens, options, one,
+                          lambda prompts, budgets, options: decode_batch(model, prompts, budgets, options, "greedy"))

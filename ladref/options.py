@@ -8,7 +8,7 @@ naming it (`accept`), as Python's own binding would be.
 
 | group | keywords | taken by |
 | --- | --- | --- |
-| `InputOptions` | ``attention_mask`` | every decoder that takes a batch (`ladref.batch`) |
+| `InputOptions` | ``attention_mask`` | every decoder that takes a batch (`ladref.batched`) |
 | `OutputOptions` | ``eos_token_id``, ``tokenizer``, ``streamer`` | every decoder and decoder call |
 | `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones |
 | `BackendOptions` | ``attention_backend`` | every function decoder (a decoder object takes it when built) |
@@ -29,7 +29,7 @@ class InputOptions(TypedDict, total=False):
 
     Attributes:
         attention_mask: (B, L) of 1 (a token) and 0 (padding, on the left or the right of each row)
-            for a (B, L) tensor of prompts (`ladref.batch`); a list of prompts needs none.
+            for a (B, L) tensor of prompts (`ladref.rows.batch_prompts`); a list of prompts needs none.
     """
 
     attention_mask: torch.Tensor | None

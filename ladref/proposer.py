@@ -148,14 +148,16 @@ def check_proposers(proposers: object) -> list[Proposer]:
     """Validate a proposer or a sequence of them; returns a list.
 
     Raises:
-        TypeError: an object lacks a member or an option of the protocol (named), or its ``topk``
-            is not an int.
+        TypeError: a class instead of an instance, an object lacking a member or an option of the
+            protocol (named), or a ``topk`` that is not an int.
         ValueError: no proposer, two lookahead windows, or a negative ``topk``.
     """
     items = [proposers] if not isinstance(proposers, (list, tuple)) else list(proposers)
     if not items:
         raise ValueError("proposers must hold at least one proposer")
     for p in items:
+        if isinstance(p, type):
+            raise TypeError(f"{p.__name__} is a class; pass an instance of it (e.g. {p.__name__}())")
         missing = [m for m in REQUIRED if not hasattr(p, m)]
         missing += [m for m in REQUIRED[1:] if m not in missing and not callable(getattr(p, m))]
         options = [m for m in OPTIONS if not hasattr(p, m)]

@@ -1,33 +1,19 @@
-"""A batch, row by row: its prompts, its per-row arguments, each row's own generator, and the
-threads that decode the rows (`decode_rows`).
+"""A batch's prompts and per-row arguments, and the split every decoder makes: one prompt or a batch.
 
-Every decoder hands a batch to `decode_rows`, which turns what the decoder was given into what
-each row gets and runs each row's decoding loop in a thread of its own, over the
-`ladref.batch.BatchRunner` that meets their forward passes in one.
-
-Each row's thread runs its own torch work on one thread (`row_threads`). Row threads whose ops
-ran on OpenMP teams of their own left the process with more OpenMP threads than cores, and GNU
-OpenMP then stops spinning between parallel regions for every team, the passes' too: on a 2-core
-CPU a pass of 2 greedy rows took 106 ms beside such threads, 56 ms without them
-(benchmarks/results/load/row_threads.log).
+`decode_prompts` hands one prompt to a decoder's one-prompt loop and a batch (a list of prompts,
+or a (B, L) tensor with its attention mask) to the batched step, `ladref.batched`, which decodes
+every row at once as one tensor program.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from .batch import BatchRunner, RowRunner
 from .results import BatchResult, DecodeResult
-from .runner import Runner, check_model
 from .types import TokenIds
-
-OneCall = Callable[[Runner | None, TokenIds, int, Mapping[str, Any]], DecodeResult]
 
 
 def batch_prompts(input_ids: object, attention_mask: object = None) -> list[TokenIds] | None:
@@ -70,80 +56,23 @@ def per_row(name: str, value: object, rows: int) -> list:
     return [value] * rows
 
 
-def row_options(options: Mapping[str, Any], rows: int) -> list[dict[str, Any]]:
-    """Each row's keywords: the same, but a sampling generator becomes one generator per row, seeded
-    from it in row order (rows run concurrently: their draws must not depend on who draws first)."""
-    if options.get("streamer") is not None:
-        raise ValueError("a streamer follows one sequence; decode a batch without one")
-    base = {k: v for k, v in options.items() if k != "attention_mask"}
-    generator = base.get("generator")
-    if generator is None:
-        return [base] * rows
-    seeds = torch.randint(2**62, (rows,), generator=generator).tolist()
-    return [{**base, "generator": torch.Generator().manual_seed(seed)} for seed in seeds]
+def decode_prompts(input_ids: object, max_new_tokens: int | Sequence[int], options: Mapping[str, Any],
+                   one: Callable[[TokenIds, int, Mapping[str, Any]], DecodeResult],
+                   many: Callable[[list[TokenIds], list[int], Mapping[str, Any]], BatchResult]) -> DecodeResult | BatchResult:
+    """``one(prompt, max_new_tokens, options)`` for one prompt; ``many(prompts, budgets, options)`` for a batch.
 
+    A batch is a list of prompts or a (B, L) tensor (`batch_prompts`); its rows are decoded
+    together by the batched step (`ladref.batched`), each with its own budget.
 
-def decode_rows(model: torch.nn.Module, input_ids: TokenIds, max_new_tokens: int | Sequence[int], options: Mapping[str, Any],
-                one: OneCall) -> DecodeResult | BatchResult:
-    """``one(None, input_ids, max_new_tokens, options)`` for one prompt; for a batch, ``one`` for each
-    row, in threads, through `RowRunner`s whose forward passes `BatchRunner` runs as one.
-
-    Args:
-        one: decodes one prompt (runner None: a fresh `ModelRunner`) and returns its `DecodeResult`.
-        max_new_tokens: for a batch, one budget for every row or a list of one per row.
-
-    Returns:
-        A `DecodeResult`, or a `BatchResult` with one per row, in the batch's order.
+    Raises:
+        ValueError: an empty batch, budgets of another length, or a streamer with a batch.
     """
     prompts = batch_prompts(input_ids, options.get("attention_mask"))
+    rest = {k: v for k, v in options.items() if k != "attention_mask"}
     if prompts is None:
-        return one(None, input_ids, max_new_tokens, {k: v for k, v in options.items() if k != "attention_mask"})
+        return one(input_ids, max_new_tokens, rest)
     if not prompts:
         raise ValueError("the batch is empty")
-    budgets, settings = per_row("max_new_tokens", max_new_tokens, len(prompts)), row_options(options, len(prompts))
-    batch = BatchRunner(model, check_model(model), len(prompts), options.get("attention_backend", "auto"))
-    results: list[DecodeResult | None] = [None] * len(prompts)
-    threads = torch.get_num_threads()  # the passes' (this thread's), read here first: see `row_threads`
-
-    def run(b: int) -> None:
-        error = None
-        batch.host.acquire()  # one row's host work at a time: see `BatchRunner`
-        try:
-            with torch.inference_mode(), row_threads(threads):  # thread-local: each row's thread enters them
-                results[b] = one(batch.rows[b], prompts[b], budgets[b], settings[b])
-        except BaseException as err:  # noqa: BLE001 (handed to the caller's thread below)
-            error = err
-        batch.leave(batch.rows[b], error)
-
-    rows = [threading.Thread(target=run, args=(b,), name=f"ladref-row-{b}") for b in range(len(prompts))]
-    for row in rows:
-        row.start()
-    batch.serve()  # every pass, in this thread
-    for row in rows:
-        row.join()
-    if batch.error is not None:
-        raise batch.error
-    return BatchResult(results, batch.passes)
-
-
-@contextlib.contextmanager
-def row_threads(restore: int) -> Iterator[None]:
-    """Within a row's thread: its torch ops on one thread; on leaving, torch's count back to `restore`.
-
-    torch has no per-thread setting: ``torch.set_num_threads`` sets the calling thread's OpenMP
-    thread count and the default of threads that start their first parallel op later, so the
-    caller's count (`restore`, read in the passes' thread before any row starts) is set back. The
-    thread's own count is set up first (``get_num_threads``), so that a row leaving meanwhile cannot
-    hand it the caller's.
-    """
-    torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(restore)
-
-
-def copy_for_row(proposers: Sequence[Any], runner: Runner | None) -> list[Any]:
-    """The proposers themselves for one prompt; a deep copy for each row of a batch (they hold state)."""
-    return list(proposers) if runner is None or not isinstance(runner, RowRunner) else copy.deepcopy(list(proposers))
+    if options.get("streamer") is not None:
+        raise ValueError("a streamer follows one sequence; decode a batch without one")
+    return many(prompts, per_row("max_new_tokens", max_new_tokens, len(prompts)), rest)

@@ -531,41 +531,42 @@ def _logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[str, obje
     return logits
 
 
-def move_entries(cache: DynamicCache, rows: int | torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
-    """Copy the keys/values of batch rows `rows` at slots `src` to slots `dst`, every layer.
-
-    Every entry is read before any is written, so a move may overwrite another one's source.
-
-    Args:
-        rows: (k,) batch rows (`ladref.batch.ragged_commit_plan`), or one row for every move.
-        src: (k,) the slots read.
-        dst: (k,) the slots written.
-    """
-    moved = src != dst  # an entry already in place stays (a greedy step's, in its row's next slot)
-    if not bool(moved.any()):
-        return
-    device = cache.layers[0].keys.device  # the indices moved there once, for every layer
-    at = torch.as_tensor(rows[moved] if isinstance(rows, torch.Tensor) and rows.dim() else rows).to(device)
-    src, dst = src[moved].to(device), dst[moved].to(device)
-    for layer in cache.layers:
-        for name in ("keys", "values"):
-            full = getattr(layer, name)  # (B, H_kv, T, D)
-            full[at, :, dst] = full[at, :, src]  # (k, H_kv, D)
-
-
-def stack_caches(cache: DynamicCache, rows: Sequence[DynamicCache]) -> None:
+def stack_caches(cache: DynamicCache, rows: Sequence[DynamicCache | None]) -> None:
     """Fill an empty `cache` with the single-row caches `rows`, in order: each layer's (1, H_kv, T_b, D)
-    keys/values zero-padded to the longest T and stacked into (B, H_kv, T, D)."""
-    for i in range(len(rows[0].layers)):
-        entries = [[getattr(row.layers[i], name) for row in rows] for name in ("keys", "values")]
+    keys/values zero-padded to the longest T and stacked into (B, H_kv, T, D). A row of None holds
+    nothing (T_b = 0); when every row is None the cache stays empty."""
+    filled = [row for row in rows if row is not None]
+    if not filled:
+        return
+    for i in range(len(filled[0].layers)):
+        like = {name: getattr(filled[0].layers[i], name) for name in ("keys", "values")}
+        entries = [[like[name][:, :, :0] if row is None else getattr(row.layers[i], name) for row in rows] for name in like]
         longest = max(t.shape[-2] for t in entries[0])
         keys, values = (torch.cat([torch.nn.functional.pad(t, (0, 0, 0, longest - t.shape[-2])) for t in ts]) for ts in entries)
         cache.update(keys, values, i)
 
 
+def move_row_slots(cache: DynamicCache, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy each batch row b's keys/values at slots ``src[b]`` to slots ``dst[b]``, every layer, nothing read back.
+
+    Every entry is read before any is written. A row's targets must be distinct, and distinct
+    from its other moves' targets (`ladref.batched.cache.ragged_commit_plan` makes them so).
+
+    Args:
+        src, dst: (B, K) long slot indices on the cache's device, one row per batch row.
+    """
+    rows = torch.arange(src.shape[0], device=src.device)[:, None]
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            full = getattr(layer, name)  # (B, H_kv, T, D)
+            full[rows, :, dst] = full[rows, :, src]  # (B, K, H_kv, D)
+
+
 def trim_cache(cache: DynamicCache, length: int, rows: torch.Tensor | None = None) -> None:
     """Keep the first `length` slots of every layer, and only the batch rows `rows` (None: all)."""
     for layer in cache.layers:
+        if layer.keys is None:  # nothing cached yet (every prompt a single token)
+            continue
         layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
         if rows is not None:
             layer.batch_select_indices(rows.to(layer.keys.device))

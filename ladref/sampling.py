@@ -24,8 +24,8 @@ from typing_extensions import Unpack
 from .call import DecodeCall
 from .options import DecodeOptions, accept
 from .results import BatchResult, DecodeResult
-from .rows import decode_rows
-from .runner import Runner
+from .rows import decode_prompts
+from .runner import ModelFacts
 from .types import Budget, Prompts, TokenIds
 
 # transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
@@ -191,9 +191,9 @@ def sample_decode(
         raise ValueError("sample_decode always samples; for the argmax, call greedy_decode")
     chooser_for({**options, "do_sample": True})  # the sampling keywords, checked before any row starts
 
-    def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
+    def one(prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
         chooser = chooser_for({**options, "do_sample": True})
-        call = DecodeCall.begin(model, prompt, new_tokens, 0, options, runner)
+        call = DecodeCall.begin(model, prompt, new_tokens, 0, options)
         current = call.runner.prefill(call.prompt, call.stats, defer=True)  # cached in the first pass
         while not call.sink.done:
             logits = call.runner.forward(torch.tensor([current]))  # (1, V)
@@ -201,4 +201,11 @@ def sample_decode(
             call.stats.record(call.sink.extend([current]), 1)
         return call.finish("sample")
 
-    return decode_rows(model, input_ids, max_new_tokens, options, one)
+    def many(prompts: list[TokenIds], budgets: list[int], options: DecodeOptions) -> BatchResult:
+        from .batched.loop import decode_batch  # (the batched step imports this module)
+        from .batched.sample import BatchSampler
+
+        sampler = BatchSampler.from_options({**options, "do_sample": True}, ModelFacts.of(model).device)
+        return decode_batch(model, prompts, budgets, options, "sample", sampler=sampler)
+
+    return decode_prompts(input_ids, max_new_tokens, options, one, many)

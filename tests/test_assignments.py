@@ -234,32 +234,45 @@ def test_syntax_error_and_endless_loop_score_their_task_zero(tmp_path):
     assert csv[:2] == ["submission,task1_2,task1_3,total", "alice,15,0,15"] and csv[2].startswith("bob,15,5.62")
 
 
-# plausible wrong ragged commit plans (task 1.6): a line of the reference's ragged_commit_plan, and its wrong version
-WRONG_PLANS = {
-    "moves rejected entries": ("past + torch.cat([none, *kept]), targets",  # the first k step entries, not the accepted
-                               "past + torch.cat([none, *(torch.arange(len(a)) for a in kept)]), targets"),
-    "forgets the row's length": ("int(n) + torch.arange(len(a)) for n, a in zip(lengths, kept)",
-                                 "past + torch.arange(len(a)) for n, a in zip(lengths, kept)"),
-    "off by one on past": ("    return rows, past + torch.cat(", "    return rows, past + 1 + torch.cat("),
+# plausible wrong versions of task 1.6 (a batch's KV cache): a line of the reference's ladref/batched/cache.py, its
+# wrong version, and the groups that must catch it
+PLAN = "    return torch.where(k < counts[:, None], frontier + entries, targets), targets\n"
+WRONG_CACHES = {
+    "moves the leftovers past a count": (PLAN, "    return frontier + entries, targets\n",
+                                         ("plan", "commit on a labelled cache")),
+    "forgets the frontier": (PLAN, "    return torch.where(k < counts[:, None], entries, targets), targets\n",
+                             ("plan", "commit on a labelled cache", "a batch driven by hand")),
+    "loops over rows": (PLAN, "    return torch.stack([torch.where(k < counts[b], frontier + entries[b], targets[b]) "
+                              "for b in range(entries.shape[0])]), targets\n",
+                        ("a tensor program: no read back, no loop over rows",)),
+    "marks the whole step": ("torch.arange(k, device=counts.device) < counts[:, None], 0)",
+                             "torch.arange(k, device=counts.device) < counts[:, None] + k, 0)",
+                             ("commit on a labelled cache", "a batch driven by hand")),
+    "lets rows see the holes": ("self.bias[:, None, :t].expand(rows, q, t)",
+                                "torch.zeros_like(self.bias[:, None, :t]).expand(rows, q, t)", ("a batch driven by hand",)),
+    "marks a one-token step's slot after the pass": ("            self.bias[:, t] = 0\n", "            pass\n",
+                                                      ("a batch driven by hand",)),
 }
 
 
 @pytest.mark.slow
-def test_wrong_ragged_commit_plans_lose_points(tmp_path):
+def test_wrong_batch_caches_lose_points(tmp_path):
     submissions = tmp_path / "submissions"
-    reference = (ROOT / "ladref" / "batch.py").read_text()
-    for name, (right, wrong) in {"right": ("", ""), **WRONG_PLANS}.items():
-        assert right in reference, f"{name}: the reference's ragged_commit_plan changed"
-        path = submissions / name.replace(" ", "_").replace("'", "") / "ladref" / "batch.py"
+    reference = (ROOT / "ladref" / "batched" / "cache.py").read_text()
+    folder = {name: name.replace(" ", "_").replace("'", "") for name in ["right", *WRONG_CACHES]}
+    for name, (right, wrong, _) in {"right": ("", "", ()), **WRONG_CACHES}.items():
+        assert reference.count(right) == 1 or not right, f"{name}: the reference's ladref/batched/cache.py changed"
+        path = submissions / folder[name] / "ladref" / "batched" / "cache.py"
         path.parent.mkdir(parents=True)
         path.write_text(reference.replace(right, wrong, 1) if right else reference)
     grades = {g.submission.name: g.tasks[0] for g in autograde.grade_folder(submissions, tmp_path / "grades", ["task1_6"], seed=0)}
     assert grades["right"].score == 10
-    for name in WRONG_PLANS:
-        graded = grades[name.replace(" ", "_").replace("'", "")]
-        assert graded.score < 5, f"{name} scores {graded.score}"
+    for name, (_, _, caught_by) in WRONG_CACHES.items():
+        graded = grades[folder[name]]
         by_group = {g.name: g.fraction for g in graded.groups}
-        assert by_group["plan"] < 1 and by_group["a batch driven by hand"] < 1, (name, by_group)  # wrong moves, wrong cache
+        assert graded.score < 10 and all(by_group[group] < 1 for group in caught_by), (name, by_group)
+        if {"plan", "a batch driven by hand"} <= set(caught_by):  # wrong moves, wrong caches
+            assert graded.score < 5, f"{name} scores {graded.score}"
 
 
 def run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""Decoding a batch: every row equals its own batch-1 greedy output, one forward pass per step for the batch."""
+"""Decoding a batch: every row equals its own batch-1 greedy output, one forward pass and one read a step for the batch."""
 
 from __future__ import annotations
 
@@ -76,37 +76,65 @@ def test_finished_rows_leave_the_forward_passes():
     finally:
         handle.remove()
     assert [len(t) for t in result.token_ids] == [2, 5, 3]
-    # the first pass runs each prompt alone (no padding to the longest); then a row whose budget is
-    # spent leaves: the next pass runs without it
-    assert widths == [1, 1, 1, 3, 2, 1, 1] and result.passes == 5
+    # each prompt but its last token is cached alone (no padding to the longest; a one-token prompt has
+    # nothing to cache); then every step is one pass of the rows still decoding: a row whose budget is
+    # spent leaves, and the next pass runs without it
+    assert widths == [1, 1, 3, 3, 2, 1, 1] and result.passes == 6
 
 
-class ThreadsSeen(PromptLookupProposer):
-    """Prompt lookup that notes the torch thread count of the thread proposing (a row's)."""
+def in_forward() -> bool:
+    """Whether the caller runs inside a forward pass (`ladref.runner.forward_logits`: the model and its head)."""
+    import sys
 
-    seen: list[int] = []
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "forward_logits":
+            return True
+        frame = frame.f_back
+    return False
 
-    def propose(self, context):
-        self.seen.append(torch.get_num_threads())
-        return super().propose(context)
 
+def reads_and_ops(call) -> tuple[int, int]:
+    """The device-to-host reads (``item``/``int``/``bool`` and ``tolist``) of `call`, and its torch ops
+    outside the forward passes (whose kernels differ with the shape: `ladref.kernels.linear_scope`)."""
+    import sys
 
-def test_rows_run_their_torch_work_on_one_thread_and_the_callers_count_comes_back():
-    import threading
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    model, before = tiny_model("llama", 16, 0), torch.get_num_threads()
-    torch.set_num_threads(2)
+    counts = [0, 0]
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            counts[0] += "_local_scalar_dense" in func.__name__ or "nonzero" in func.__name__
+            counts[1] += not in_forward()
+            return func(*args, **(kwargs or {}))
+
+    def tolist(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") in ("tolist", "item"):
+            counts[0] += 1
+
+    sys.setprofile(tolist)
     try:
-        ThreadsSeen.seen.clear()
-        result = draft_decode(model, [[1, 2, 1, 2], [3, 4, 3]], 6, proposers=[ThreadsSeen(2)])
-        later = []  # a thread's first count: torch's default, which a row sets while it runs
-        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
-        thread.start()
-        thread.join()
-        assert len(result) == 2 and ThreadsSeen.seen and set(ThreadsSeen.seen) == {1}
-        assert torch.get_num_threads() == 2 and later == [2]
+        with Count():
+            call()
     finally:
-        torch.set_num_threads(before)
+        sys.setprofile(None)
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("name", ["greedy", "prompt_lookup", "jacobi", "recycling"])
+def test_a_batch_reads_once_a_step_and_its_ops_do_not_grow_with_the_batch(name):
+    model = tiny_model("llama", 16, 0)
+    per_pass = {}
+    for rows in (2, 7):  # (a batch of one indexes its cache with a few more views)
+        batch = [[1, 2, 3, 1, 2]] * rows  # rows that finish together: no row leaves between the passes counted
+        counts = [reads_and_ops(lambda: BATCHED[name](model, batch, n, eos_token_id=[])) for n in (3, 9)]
+        result = BATCHED[name](model, batch, [9] * rows, eos_token_id=[])
+        short = BATCHED[name](model, batch, [3] * rows, eos_token_id=[])
+        steps = result.passes - short.passes
+        per_pass[rows] = [(long - few) / steps for long, few in zip(counts[1], counts[0])]
+    assert per_pass[2][0] == per_pass[7][0] == 1.0  # the loop's one read a step, whatever B
+    assert per_pass[7][1] == per_pass[2][1]  # the same program for 2 rows or 7
 
 
 class FailsOnRow(PromptLookupProposer):
@@ -180,7 +208,7 @@ def test_sampling_a_batch_keeps_each_rows_distribution():
     assert chi_square_p(joint_counts(samples[0], 8, k), laws[1]) < ALPHA  # negative control: the other row's law
 
 
-def test_a_seeded_batch_samples_the_same_whatever_the_threads_do():
+def test_a_seeded_batch_samples_the_same_every_time():
     model = peaky_model()
     draw = [sample_decode(model, [PROMPT, [1, 2], [5]], 6, generator=torch.Generator().manual_seed(5)).token_ids
             for _ in range(3)]
@@ -241,7 +269,7 @@ def test_adaptive_on_a_batch_stops_drafting_where_the_batch_is_compute_bound():
     # a pass of 8 rows still costs one weight read: every row drafts, and the batch needs far fewer passes
     assert min(drafted(gpu)) / gpu.passes > 2 and gpu.passes < 30
     # 8 rows already fill the compute: a draft that widens the pass makes all 8 rows' passes dearer
-    assert drafted(cpu) == [0] * len(batch) and cpu.passes == 40  # one per token: the prompts' pass made the first
+    assert drafted(cpu) == [0] * len(batch) and cpu.passes == 41  # one per token, and the prompts' prefill
 
 
 def test_a_row_prices_the_whole_pass_padding_included():

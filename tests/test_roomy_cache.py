@@ -26,7 +26,7 @@ operations = st.lists(st.one_of(
 
 
 def apply(layer: DynamicLayer, operation: tuple, draw: torch.Generator) -> None:
-    """Do `operation` on `layer` as ladref's cache code does it (`ModelRunner.commit`, `trim_cache`, `move_entries`)."""
+    """Do `operation` on `layer` as ladref's cache code does it (`ModelRunner.commit`, `trim_cache`, `move_row_slots`)."""
     kind, *args = operation
     if kind == "pass":
         rows = layer.keys.shape[0] if layer.is_initialized and layer.keys.dim() == 4 else 3

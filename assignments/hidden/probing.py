@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ladref.tree import DraftTree
 
@@ -34,6 +35,29 @@ class Group:
     observe: Callable[[dict], Any]
     points: int = 1
     visible: bool = False
+
+
+class Operations(TorchDispatchMode):
+    """The names of the torch operations run inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def on_meta(call: Callable[[], Any]) -> tuple[str, list[str]]:
+    """Run `call` (on tensors of torch's meta device: shapes, no values, so that reading one back fails):
+    "ok" or the error's type, and the torch operations it ran."""
+    with torch.inference_mode(), Operations() as seen:
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - a read of a value the meta device does not hold, and the like
+            return type(exc).__name__, seen.names
+    return "ok", seen.names
 
 
 def rows(mask: torch.Tensor) -> list[str]:

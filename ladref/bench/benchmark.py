@@ -13,12 +13,14 @@ Examples::
     python -m ladref bench --cost --batch 1,2,4,8,16 --threads 2                    # ... and the surface t(q, kv, B)
     python -m ladref bench --dataset specbench --limit 6 --batch 1,2,4,8,16 --lookup-tokens 4  # speculation under load
     python -m ladref bench --multi-request mtbench --limit 15 --max-new-tokens 96  # requests in order, memories kept
+    python -m ladref bench --host-overhead --batch 1,4,16                          # host work per pass, tiny model
 
 Results go to a fresh folder, ``runs/bench-<date>-<time>/``, unless ``--out`` names one.
 The library functions live in `ladref.bench.measure` (measuring), `ladref.bench.report`
 (tables, files), `ladref.bench.leaderboard` (Spec-Bench's layout), `ladref.bench.agreement`,
 `ladref.bench.autotune`, `ladref.bench.scaling`, `ladref.bench.context`, `ladref.bench.cost` and
-`ladref.bench.load` (with `ladref.bench.engines` and `ladref.bench.load_report`) and `ladref.bench.multi`;
+`ladref.bench.load` (with `ladref.bench.engines` and `ladref.bench.load_report`), `ladref.bench.multi` and
+`ladref.bench.host`;
 this module only parses, prints and saves.
 """
 
@@ -39,6 +41,7 @@ from ..kernels import ATTENTION_BACKENDS
 from .cost import add_arguments as add_cost_arguments
 from .cost import run_cost, run_cost_surface
 from .datasets import canonical_dataset, dataset_names, encode_prompts, load_prompts
+from .host import add_arguments as add_host_arguments
 from .leaderboard import REFERENCE_SOURCE, leaderboard, leaderboard_dicts, leaderboard_markdown, save_leaderboard_csv
 from .load import LOAD_METHODS, canonical_load_method
 from .measure import BenchSettings, run_bench
@@ -87,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--candidates", "-G", type=int, default=None, help="lookahead max candidates G when no --config (default W)")
     add("--block-size", type=int, default=None, help="Jacobi block size m (default W)")
     add("--lookup-tokens", type=int, default=10, help="prompt lookup: prompt_lookup_num_tokens (default 10)")
-    add("--max-new-tokens", type=int, default=96, help="tokens per prompt (default 96)")
+    add("--max-new-tokens", type=int, default=None, help="tokens per prompt (default 96; 48 with --host-overhead)")
     add("--dtype", choices=sorted(DTYPES), default=None, help="model dtype (default float16 on CUDA, float32 on CPU)")
     add("--attention-backend", choices=ATTENTION_BACKENDS, default="auto", help="SDPA kernels of ladref's decoders")
     add("--compile-mode", choices=("auto", "reduce-overhead", "max-autotune", "default", "none"), default="auto",
@@ -105,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.fast.cost)")
     add_cost_arguments(parser)
     add_multi_arguments(parser)
+    add_host_arguments(parser)
     add("--context-length", action="store_true", help="S, speedup and time per step of lookahead decoding "
         "(each --config) against prompt length instead (ladref.bench.context)")
     add("--figure", default=None, help="where --scaling / --context-length / --cost save their figure (default: in --out)")
@@ -229,6 +233,11 @@ def run(args: argparse.Namespace) -> int:
     """Load SmolLM2, run the benchmark (or agreement / scaling / context length) on each dataset, print and save."""
     from ..models import load_default_model
 
+    if args.host_overhead:  # its own tiny model, its own threads
+        from .host import run_host_command
+
+        return run_host_command(args)
+    args.max_new_tokens = args.max_new_tokens or 96
     if args.threads:
         torch.set_num_threads(args.threads)
     datasets = _names(args.dataset, canonical_dataset, ["specbench" if args.context_length else "gsm8k"])

@@ -10,8 +10,10 @@ Serving engines decide per batch whether n-gram speculation (prompt lookup) is w
   t(1 + k, B), and every row drafts the best k (0: none) each step (vLLM's dynamic speculative
   decoding). The table here is a measured `ladref.fast.surface.CostSurface`.
 
-Both draft with prompt lookup, as the engines' n-gram proposers do, and run on ladref's one
-drafting loop (`ladref.decode.decode_with_proposers`): their output is greedy's, row by row.
+Both draft with prompt lookup, as the engines' n-gram proposers do, and run on ladref's drafting
+loop (`ladref.decode.decode_with_proposers`): one prompt through a `ladref.step.StepChoice`
+(`Threshold`, `Chain`), a batch through a `ladref.batched.source.BatchChoice` (`BatchThreshold`,
+`BatchChain`: the same rules as tensor operations over the rows). Their output is greedy's, row by row.
 ladref's own answer is `ladref.adaptive_decode`, which prices trees and windows per row.
 """
 
@@ -22,6 +24,9 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
+from ..batched.drafts import Merged
+from ..batched.source import Outcome
+from ..batched.state import BatchState
 from ..decode import decode_with_proposers
 from ..fast.surface import CostSurface
 from ..options import DecodeOptions, accept
@@ -100,11 +105,59 @@ class Chain:
         pass
 
 
+class BatchThreshold:
+    """`Threshold` for a batch: every proposed node while at most `threshold` rows are still decoding, else none."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+
+    def choose(self, merged: Merged, state: BatchState, window_cells: int | None, kv: int) -> tuple[torch.Tensor, torch.Tensor]:
+        few = (~state.done).sum() <= self.threshold
+        return merged.kept & few, torch.zeros_like(state.done)
+
+    def observe(self, state: BatchState, outcome: Outcome) -> None:
+        pass
+
+    def select(self, keep: torch.Tensor) -> None:
+        pass
+
+
+class BatchChain:
+    """`Chain` for a batch: the controller's k for the rows still decoding, every row's chain cut to k.
+
+    alpha is learned as `ChainController` learns it, from all the rows of a step at once (one
+    decay a step rather than one a row), on the device; k is priced there too."""
+
+    def __init__(self, controller: ChainController) -> None:
+        self.controller, self.curve, self.alpha = controller, None, None
+        self.k = torch.arange(controller.max_len + 1, dtype=torch.float64)
+
+    def choose(self, merged: Merged, state: BatchState, window_cells: int | None, kv: int) -> tuple[torch.Tensor, torch.Tensor]:
+        device, c = merged.kept.device, self.controller
+        if self.alpha is None:  # accepted, trials
+            self.alpha, self.k = torch.tensor([c.accepted, c.trials], dtype=torch.float64, device=device), self.k.to(device)
+        curve = c.surface.at(state.size)
+        times = torch.tensor([curve.time(1 + k, kv) for k in range(c.max_len + 1)], dtype=torch.float64, device=device)
+        a = (self.alpha[0] / self.alpha[1]).clamp(max=0.999)
+        k = ((1 - a ** (self.k + 1)) / (1 - a) / times).argmax()
+        return merged.kept & (merged.kept.cumsum(-1) <= k), torch.zeros_like(state.done)
+
+    def observe(self, state: BatchState, outcome: Outcome) -> None:
+        drafted, accepted = outcome.fed.valid.sum(-1), outcome.verdict.depth
+        tried = drafted > 0
+        d = self.controller.decay
+        self.alpha = d * self.alpha + torch.stack([(accepted * tried).sum(), ((accepted + (accepted < drafted)) * tried).sum()])
+
+    def select(self, keep: torch.Tensor) -> None:
+        pass
+
+
 def threshold_decode(model: torch.nn.Module, input_ids: Prompts, max_new_tokens: Budget = 64, *, draft_len: int = 4,
                      threshold: int = 4, **options: Unpack[DecodeOptions]) -> DecodeResult | BatchResult:
     """Prompt lookup of up to `draft_len` tokens while the batch has at most `threshold` rows (method "threshold")."""
     return decode_with_proposers(model, input_ids, max_new_tokens, PromptLookupProposer(draft_len), "threshold", draft_len,
-                                 accept("threshold_decode", options, DecodeOptions), choice=lambda runner: Threshold(runner, threshold))
+                                 accept("threshold_decode", options, DecodeOptions), choice=lambda runner: Threshold(runner, threshold),
+                                 batch_choice=lambda rows: BatchThreshold(threshold))
 
 
 def chain_decode(model: torch.nn.Module, input_ids: Prompts, max_new_tokens: Budget = 64, *, surface: CostSurface,
@@ -112,4 +165,5 @@ def chain_decode(model: torch.nn.Module, input_ids: Prompts, max_new_tokens: Bud
     """Prompt lookup with the draft length a `ChainController` prices on `surface` (method "chain")."""
     controller = ChainController(surface, max_len)  # one per call: the batch's rows share it
     return decode_with_proposers(model, input_ids, max_new_tokens, PromptLookupProposer(max_len), "chain", max_len,
-                                 accept("chain_decode", options, DecodeOptions), choice=lambda runner: Chain(runner, controller))
+                                 accept("chain_decode", options, DecodeOptions), choice=lambda runner: Chain(runner, controller),
+                                 batch_choice=lambda rows: BatchChain(controller))

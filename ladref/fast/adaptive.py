@@ -15,13 +15,16 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from ..batch import RowRunner
+from ..batched.loop import decode_batch
+from ..batched.policy import BatchPolicy
+from ..batched.sample import BatchSampler
+from ..batched.sources import batched_sources
 from ..call import DecodeCall
 from ..config import LookaheadConfig
 from ..options import BatchCallOptions, DecodeOptions, accept
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from ..results import BatchResult, DecodeResult
-from ..rows import batch_prompts, copy_for_row, decode_rows
+from ..rows import decode_prompts
 from ..runner import ModelFacts, Runner
 from ..sampling import chooser_for
 from ..sources.lookahead import LookaheadProposer
@@ -34,7 +37,7 @@ from ..tree import DraftTree
 from ..types import Budget, Prompts, TokenIds
 from .cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
 from .cost_cache import CostCache
-from .policy import DraftPolicy, Load, PolicySettings
+from .policy import DraftPolicy, PolicySettings
 from .surface import CostSurface, batches_up_to, cached_surface
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
@@ -70,52 +73,28 @@ def kv_lengths_for(model: torch.nn.Module, runner: Runner | None = None) -> tupl
 
 
 class PolicyChoice:
-    """The loop's `ladref.step.StepChoice` for adaptive decoding: a `DraftPolicy` picks each step's
-    nodes and window, learns acceptance from the accepted tokens and the cost from step times.
+    """The loop's `ladref.step.StepChoice` for adaptive decoding of one prompt: a `DraftPolicy` picks
+    each step's nodes and window, learns acceptance from the accepted tokens and the cost from step
+    times. (A batch's rows choose together: `ladref.batched.policy.BatchPolicy`.)"""
 
-    In a batch, each step is priced on the curve of the batch it runs in (`CostSurface.at` of the
-    runner's `rows`, read again at every step: rows that finish make the next passes cheaper), and
-    for the pass as a whole (`Load`): the other rows' tokens count in its yield, and its width is
-    the widest row's, so a draft within the width another row feeds for its own sake is free,
-    and one that widens the pass must pay for every row's time.
-    """
-
-    def __init__(self, policy: DraftPolicy, surface: CostSurface | None = None, runner: Runner | None = None) -> None:
-        self.policy, self.rows, self.plain = policy, 1, False
-        self.surface = CostSurface.of(policy.cost) if surface is None else surface  # None: one prompt, the policy's curve
-        self.row = runner if isinstance(runner, RowRunner) else None  # a row of a batch, or None
-
-    def load(self) -> Load:
-        """The rest of the batch this step runs in (`Load()` alone), its curve read for the rows left."""
-        if self.row is None:
-            return Load()
-        if self.row.rows != self.rows:
-            self.rows = self.row.rows
-            self.policy.cost = self.surface.at(self.rows)
-        return Load(*self.row.others())
+    def __init__(self, policy: DraftPolicy) -> None:
+        self.policy, self.plain = policy, False
 
     def may_draft(self, kv: int, window_cells: int | None) -> bool:
-        """False when no draft could pay in the batch as it stands (`DraftPolicy.may_draft`): not proposed."""
-        self.plain = not self.policy.may_draft(kv, window_cells, self.load())
+        """False when no draft could pay (`DraftPolicy.may_draft`): none is proposed."""
+        self.plain = not self.policy.may_draft(kv, window_cells)
         return not self.plain
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
-        if self.plain:  # `may_draft` found no draft nor window could pay at this kv and load: a greedy step,
-            if self.row is not None:  # what `DraftPolicy.choose` would find (no probe; its own width 1)
-                self.row.own_width = 1
+        if self.plain:  # `may_draft` found no draft nor window could pay at this kv: a greedy step
             return DraftTree.empty(), False
-        load = self.load()
         self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
-        choice = self.policy.choose(trees, kv, window_cells, evidence, load)
+        choice = self.policy.choose(trees, kv, window_cells, evidence)
         self.policy.watch(choice.probe, choice.probe_expected)  # what drafting alone would feed: checked, fed or not
-        if self.row is not None:
-            self.row.own_width = choice.own_width  # what the other rows may count on this pass being
         return choice.tree, choice.window
 
     def observe(self, tokens: Sequence[int]) -> None:
         self.policy.observe(tokens)
-        if self.row is not None:  # the tokens per step the other rows count on
-            self.row.tokens = 0.8 * self.row.tokens + 0.2 * len(tokens)
 
     def timed(self, fed: int, kv: int, seconds: float) -> None:
         self.policy.timed(fed, kv, seconds)
@@ -146,7 +125,8 @@ class AdaptiveDecoder:
         attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).
 
     Attributes:
-        policy: the `DraftPolicy` of the last call (of its first row, for a batch).
+        policy: the `DraftPolicy` of the last one-prompt call, or the `ladref.batched.policy.BatchPolicy`
+            of the last batch.
         cost_cache: the `CostCache` the curve came from (None when `cost` was given).
     """
 
@@ -187,27 +167,27 @@ class AdaptiveDecoder:
     def __call__(self, input_ids: Prompts, max_new_tokens: Budget = 64, **options: Unpack[BatchCallOptions]) -> DecodeResult | BatchResult:
         """Decode one prompt, or a batch (arguments as `adaptive_decode`; the attention backend is the decoder's)."""
         options = {**accept("AdaptiveDecoder.__call__", options, BatchCallOptions), "attention_backend": self.attention_backend}
-        prompts = batch_prompts(input_ids, options.get("attention_mask"))
-        surface = CostSurface.of(self.cost) if prompts is None else self.surface_for(len(prompts))
         reach = step_needs(self.proposers, MAX_DRAFT_DEPTH).reach
 
-        def one(runner: Runner | None, prompt: TokenIds, new_tokens: int, row_options: BatchCallOptions) -> DecodeResult:
-            call = DecodeCall.begin(self.model, prompt, new_tokens, reach, row_options, runner or self.runner)
-            choice = PolicyChoice(self._policy(runner, surface), surface, call.runner)
+        def one(prompt: TokenIds, new_tokens: int, options: BatchCallOptions) -> DecodeResult:
+            call = DecodeCall.begin(self.model, prompt, new_tokens, reach, options, self.runner)
+            if not self.keep_learning:
+                self.policy = DraftPolicy(self.cost, self.widths, PolicySettings(calibrate=self.calibrate))
             with torch.inference_mode():
-                run_drafting(call.runner, call.prompt, copy_for_row(self.proposers, runner), call.sink, call.stats,
-                             chooser_for(row_options), call.position_limit, choice)
+                run_drafting(call.runner, call.prompt, self.proposers, call.sink, call.stats, chooser_for(options),
+                             call.position_limit, PolicyChoice(self.policy))
             return call.finish("adaptive")
 
-        return decode_rows(self.model, input_ids, max_new_tokens, options, one)
+        def many(prompts: list[TokenIds], budgets: list[int], options: BatchCallOptions) -> BatchResult:
+            chooser_for(options)  # the sampling keywords, checked before any forward pass
+            surface, device = self.surface_for(len(prompts)), ModelFacts.of(self.model).device
+            sources = batched_sources(self.proposers, MAX_DRAFT_DEPTH, ModelFacts.of(self.model).vocab_size)
+            self.policy = BatchPolicy(surface, len(prompts), [s.name for s in sources], max(s.depth for s in sources),
+                                      PolicySettings(), device)
+            return decode_batch(self.model, prompts, budgets, options, "adaptive", sources, self.policy,
+                                BatchSampler.from_options(options, device), reach)
 
-    def _policy(self, runner: Runner | None, surface: CostSurface) -> DraftPolicy:
-        """A prompt's policy: the decoder's (fresh unless `keep_learning`); a row of a batch's, its own."""
-        if runner is not None:  # a row of a batch: priced on the batch's curve, not calibrated
-            return DraftPolicy(surface.at(runner.rows), None, PolicySettings(calibrate=False))
-        if not self.keep_learning:
-            self.policy = DraftPolicy(self.cost, self.widths, PolicySettings(calibrate=self.calibrate))
-        return self.policy
+        return decode_prompts(input_ids, max_new_tokens, options, one, many)
 
 
 def adaptive_decode(

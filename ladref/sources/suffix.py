@@ -119,7 +119,7 @@ class SuffixProposer(DraftSource):
 
     def __deepcopy__(self, memo: dict) -> "SuffixProposer":
         """A fresh proposer with the same settings and the SAME memory: each row of a batch drafts
-        with such a copy (`ladref.batch.copy_for_row`), its own request trie, one shared memory."""
+        with such a copy (`ladref.batched.sources.rows.RowProposers`), its own request trie, one shared memory."""
         return SuffixProposer(self.max_depth, self.max_nodes, self.spec_factor, self.min_prob, self.max_match, self.memory,
                               self.vocab_size, self.merge_matches)
 

@@ -1,0 +1,160 @@
+"""Decoding a batch: the loop that repeats the batched step, its one read a step, and the rows' results.
+
+`decode_batch` checks every row before any forward pass, caches the prompts, then repeats
+`ladref.batched.step.BatchStep` until every row has stopped. Between two passes the host reads
+ONE small tensor from the device: which rows stopped, how many nodes the next pass feeds, whether
+it feeds a window, and how far the last step moved the cache's frontier. Rows that stopped leave
+there (their text is set aside on the device); the next pass is laid out with that shape. Each
+row's statistics are logged on the device as the steps go and read once, at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..call import check_budget, eos_ids, prompt_ids, sync
+from ..kernels import sdpa_backends
+from ..results import BatchResult, DecodeResult, DecodeStats
+from ..rows import per_row
+from ..runner import ModelFacts, check_model
+from .cache import BatchCache
+from .source import BatchChoice, BatchSource, FeedAll
+from .state import BatchState
+from .step import BatchStep, Outcome, Plan
+
+
+def check_rows(facts: ModelFacts, prompts: Sequence[object], budgets: Sequence[int], extent: int) -> list[torch.Tensor]:
+    """Every row's prompt and budget checked as one prompt's are (`ladref.call`), the error naming the row.
+
+    Raises:
+        TypeError, ValueError: ``row b of the batch: <what is wrong>``, before any forward pass.
+    """
+    checked = []
+    for b, (prompt, budget) in enumerate(zip(prompts, budgets)):
+        try:
+            checked.append(prompt_ids(facts, prompt))
+            check_budget(facts, checked[-1].shape[0], budget, extent)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"row {b} of the batch: {err}") from None
+    return checked
+
+
+def step_log(outcome: Outcome, cells: int, sources: int) -> torch.Tensor:
+    """(B, 3 + 2S) long, what each row's step was: tokens kept, tokens fed, window tokens fed, and per
+    source the drafted tokens accepted and whether it had a node fed (`DecodeStats.record_step`)."""
+    fed, path = outcome.fed, outcome.verdict.path
+    window = outcome.window.long() * cells if outcome.window is not None else torch.zeros_like(outcome.kept)
+    if sources == 1:
+        credited, present = outcome.verdict.depth[:, None], fed.valid.any(-1, keepdim=True)
+    else:
+        owner = outcome.merged.drafts.source[fed.node][..., None] == torch.arange(sources, device=path.device)  # (B, w, S)
+        credited, present = (owner & path[..., None]).sum(1), (owner & fed.valid[..., None]).any(1)
+    return torch.cat([outcome.kept[:, None], (1 + window + fed.valid.sum(-1))[:, None], window[:, None], credited, present], dim=1)
+
+
+def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int | Sequence[int], options: Mapping[str, Any],
+                 method: str, sources: Sequence[BatchSource] = (), choice: BatchChoice | None = None,
+                 sampler: object | None = None, extent: int = 0) -> BatchResult:
+    """Decode every row of a batch with the batched step until each has stopped.
+
+    Args:
+        prompts: B prompts (each a list of ints or a (L,) / (1, L) tensor); budgets: max_new_tokens, one
+            for every row or B of them.
+        options: the shared keywords (``eos_token_id``, ``tokenizer``, ``attention_backend``; the
+            sampling ones are read by the caller into `sampler`).
+        method: each row's `DecodeResult.method`.
+        sources: the batch's draft sources (none: greedy decoding or plain sampling).
+        choice: what each step feeds; default `FeedAll()`.
+        sampler: None for greedy verification, else the batch's sampler.
+        extent: positions past the current token a step may touch (checked against the context).
+    """
+    start, facts = time.perf_counter(), check_model(model)
+    budgets = per_row("max_new_tokens", budgets, len(prompts))
+    for source in sources:
+        if not isinstance(source, BatchSource):
+            raise TypeError(f"{type(source).__name__} is not a BatchSource (a per-row Proposer runs in a batch through "
+                            "ladref.batched.sources.rows.RowProposers, or pass it to draft_decode)")
+    rows = check_rows(facts, prompts, budgets, max([extent] + [s.depth for s in sources]))
+    tokenizer = options.get("tokenizer")
+    eos = eos_ids(model, facts.vocab_size, options.get("eos_token_id"), tokenizer)
+    backend = options.get("attention_backend", "auto")
+    cache = BatchCache(model, facts, sdpa_backends(backend, facts.device, facts.attention), len(rows))
+    state = BatchState.start(rows, budgets, eos, max((s.depth for s in sources), default=0) + 1, facts.device)
+    step = BatchStep(cache, sources, FeedAll() if choice is None else choice, sampler)
+    with torch.inference_mode():
+        for source in sources:
+            source.begin(state)
+        first = None if step.plain else step.plan(state)  # the first drafts, checked before any forward pass
+        cache.prefill(rows, backend)
+        finished, log = _run(step, state, len(sources), first)
+    sync(facts.device)
+    return _results(rows, finished, log, [s.name for s in sources], start, tokenizer, method, any(len(r) > 1 for r in rows))
+
+
+def _run(step: BatchStep, state: BatchState, sources: int,
+         first: Plan | None) -> tuple[dict[int, tuple[int, float, list[int]]], list[list[list[int]]]]:
+    """The loop: plan, read, step, until every row has stopped. Returns each row's (steps, finish time,
+    text) by its index in the batch, and the step log ([step][row] -> `step_log` row; none for plain steps)."""
+    size, cells, device = state.size, step.window_cells or 0, state.text.device
+    log = None if step.plain else torch.zeros(int(state.budget.max()) + 1, size, 3 + 2 * sources, dtype=torch.long, device=device)
+    live, finished, steps, advance = list(range(size)), {}, 0, torch.zeros(1, dtype=torch.long, device=device)
+    out_text, out_length = state.text.clone(), state.length.clone()
+    while True:
+        plan = first if steps == 0 else None if step.plain else step.plan(state)
+        # The one read a step: which rows stopped, and (drafting) the next pass's shape and how far the frontier moved.
+        read = (state.done if plan is None else torch.cat([state.done.long(), plan.shape, advance])).tolist()
+        done = read[: len(live)]
+        if plan is not None:
+            step.cache.advance(read[-1])
+        if any(done):
+            leave = [i for i, d in enumerate(done) if d]
+            stay = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long, device=device)
+            gone = torch.tensor(leave, dtype=torch.long, device=device)
+            out_text.index_copy_(0, state.rows[gone], state.text[gone])
+            out_length.index_copy_(0, state.rows[gone], state.length[gone])
+            for i in leave:
+                finished[live[i]] = (steps, time.perf_counter())
+            live = [row for row, d in zip(live, done) if not d]
+            if not live:
+                break
+            state.select(stay)
+            step.select(stay)
+            plan = None if plan is None else plan.select(stay)
+        if plan is None:
+            step.run_plain(state)
+        else:
+            outcome = step.run(state, plan, int(read[-3]), bool(read[-2]))
+            log[steps].index_copy_(0, state.rows, step_log(outcome, cells, sources))
+            advance = outcome.verdict.count.max().view(1)
+        steps += 1
+    texts, lengths = out_text.tolist(), out_length.tolist()
+    return {b: (n, t, texts[b][: lengths[b]]) for b, (n, t) in finished.items()}, ([] if log is None else log[:steps].tolist())
+
+
+def _results(prompts: Sequence[torch.Tensor], finished: dict, log: list, names: Sequence[str], start: float, tokenizer: Any,
+             method: str, prefilled: bool) -> BatchResult:
+    """Each row's `DecodeResult`, from its text and its rows of the step log."""
+    results, steps = [], 0
+    for b, prompt in enumerate(prompts):
+        n, end, text = finished[b]
+        stats = DecodeStats(prefill_tokens=prompt.shape[0] - 1, wall_time_s=end - start)
+        for entry in (log[s][b] if log else (1, 1, 0) for s in range(n)):
+            kept, fed, window = entry[:3]
+            stats.record(kept, fed, window)
+            step: dict[str, list[int]] = {}  # sources of one name count as one (a tree's nodes are named)
+            for source, credited, present in zip(names, entry[3 : 3 + len(names)], entry[3 + len(names):]):
+                seen = step.setdefault(source, [0, 0])
+                seen[0], seen[1] = seen[0] + credited, seen[1] or present
+            for source, (credited, present) in step.items():
+                if present:
+                    stats.accepted_by_source.setdefault(source, Counter())[credited] += 1
+        tokens = text[prompt.shape[0]:]
+        results.append(DecodeResult(tokens, tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
+                                    stats, method))
+        steps = max(steps, n)
+    return BatchResult(results, steps + int(prefilled))

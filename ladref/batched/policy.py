@@ -1,0 +1,137 @@
+"""Adaptive decoding on a batch: every row's drafts and window chosen by tensor operations over the rows.
+
+`ladref.fast.policy.DraftPolicy` for B rows at once. Each row values its proposed nodes by its
+learned acceptance (`ladref.batched.acceptance`), made consistent between siblings (`exclusive`),
+and feeds the b most valuable (a tree: a child is never worth more than its parent) and the window
+or not, to maximise the pass's expected tokens per second on the measured surface at this batch:
+
+    (the other rows' tokens + 1 + trust x the b nodes' value + window value) / t(max(q, floor)),
+
+q = 1 + window cells + b, `floor` the widest step the other rows feed for their own sake (a pass
+is as wide as its widest row: up to it, this row's tokens cost nothing). Every b and both window
+choices are priced at once, (B, 2, n + 1) rates, and each row takes its best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..fast.policy import PolicySettings
+from ..fast.surface import CostSurface
+from .acceptance import Acceptance
+from .drafts import Merged
+from .source import Outcome
+from .state import BatchState
+
+
+def exclusive(merged: Merged, value: torch.Tensor) -> torch.Tensor:
+    """`ladref.fast.acceptance.exclusive` on every row's merged trie: a node's children's values sum
+    to at most its own, siblings (and with them their subtrees) scaled down to it. (B, n) in and out."""
+    rows, n, _ = merged.table.shape
+    canon = torch.cat([merged.canonical, torch.full_like(merged.canonical[:, :1], n)], dim=1)
+    up = canon.gather(1, merged.table.flatten(1)).view(merged.table.shape)  # (B, n, D) merged ancestors, n past the root
+    parent = up[..., 1] if up.shape[-1] > 1 else torch.full_like(merged.canonical, n)
+    ext = torch.cat([value, torch.ones_like(value[:, :1])], dim=1)
+    below = torch.where(merged.kept, value / ext.gather(1, parent).clamp(min=1e-300), 0.0)  # P(right | parent right)
+    total = torch.zeros_like(ext).scatter_add_(1, parent, below)
+    below = torch.cat([below / total.gather(1, parent).clamp(min=1.0), torch.ones_like(value[:, :1])], dim=1)
+    return torch.where(merged.kept, below.gather(1, up.flatten(1)).view(up.shape).prod(-1), 0.0)
+
+
+def best(rates: torch.Tensor) -> torch.Tensor:
+    """(B,) the index of each row's best rate in (B, m), ties to the last (the wider step)."""
+    return rates.shape[1] - 1 - rates.flip(1).argmax(-1)
+
+
+class BatchPolicy:
+    """The `ladref.batched.source.BatchChoice` of adaptive decoding on a batch.
+
+    Args:
+        surface: t(q, kv, B) of this machine (`ladref.fast.surface.CostSurface`).
+        rows: B; names: the sources' names, in their slot order; depth: the deepest node.
+        settings: priors and the window's source (`PolicySettings`; calibration is not used in a batch).
+        device: the model's.
+    """
+
+    def __init__(self, surface: CostSurface, rows: int, names: Sequence[str], depth: int,
+                 settings: PolicySettings = PolicySettings(), device: torch.device = torch.device("cpu")) -> None:
+        self.surface, self.settings, self.device = surface, settings, device
+        source = list(names).index(settings.window_source) if settings.window_source in names else -1
+        self.acceptance = Acceptance(rows, len(names), depth, settings, source, device)
+        self.tokens = torch.ones(rows, dtype=torch.float64, device=device)  # tokens per step each row yields (running)
+        self.own = torch.ones(rows, dtype=torch.long, device=device)  # the width each row feeds for its own sake
+        self._curve: tuple[tuple[int, int], torch.Tensor] | None = None
+
+    def times(self, rows: int, kv: int) -> torch.Tensor:
+        """(M,) float64 t(q, kv) of a pass of `rows` rows for q = 1..M (M: the widest measured)."""
+        if self._curve is None or self._curve[0] != (rows, kv):
+            self._curve = ((rows, kv), torch.tensor(self.surface.at(rows).curve(kv), dtype=torch.float64, device=self.device))
+        return self._curve[1]
+
+    def load(self, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B,) the other live rows' expected tokens, and (B,) the widest step they feed for their own sake (1: none)."""
+        tokens = torch.where(live, self.tokens, 0.0)
+        if live.shape[0] == 1:
+            return tokens * 0, torch.ones_like(self.own)
+        own = torch.where(live, self.own, 1)
+        (first, second), widest = own.topk(2).values, own.argmax()
+        floor = torch.where(torch.arange(own.shape[0], device=own.device) == widest, second, first)
+        return tokens.sum() - tokens, floor
+
+    def choose(self, merged: Merged, state: BatchState, window_cells: int | None, kv: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's nodes to feed and whether it feeds the window (`BatchChoice.choose`)."""
+        rows, n = merged.kept.shape
+        key, first = self.acceptance.keys(merged)
+        own = torch.where(merged.drafts.valid, self.acceptance.values(merged, key, first), 0.0)
+        value = exclusive(merged, torch.zeros_like(own).scatter_reduce_(1, merged.canonical, own, "amax"))
+        value = torch.where(merged.kept, value, -1.0)
+        by_depth = torch.argsort(merged.depth, dim=1, stable=True)  # ties: the shallower, then the earlier node first
+        order = by_depth.gather(1, torch.argsort(-value.gather(1, by_depth), dim=1, stable=True))
+        expected = torch.cat([torch.zeros_like(value[:, :1]), value.gather(1, order).clamp(min=0).cumsum(1)], dim=1)  # (B, n + 1)
+        live = ~state.done
+        others, floor = self.load(live)
+        floors = torch.stack([floor, torch.ones_like(floor)], dim=1)  # the pass's width anyway, and 1: this row's own choice
+        (b, window), probe = self.search(expected, merged.kept.sum(-1), window_cells, others, floors, rows, kv)
+        self.own = 1 + b[:, 1] + window[:, 1] * (window_cells or 0)
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(rows, n))
+        self.acceptance.remember(merged, key, first, rank < probe[:, None], expected.gather(1, probe[:, None])[:, 0],
+                                 state.length - 1, state.length)
+        return rank < b[:, :1], window[:, 0].bool()
+
+    def search(self, expected: torch.Tensor, count: torch.Tensor, window_cells: int | None, others: torch.Tensor,
+               floors: torch.Tensor, rows: int, kv: int) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """Every row's best (b, window) for each floor, and the b of its best draft-only step under the
+        first floor (b >= 1; 0: none).
+
+        Args:
+            expected: (B, n + 1) the summed value of the b most valuable nodes; count: (B,) the nodes proposed.
+            others: (B,) the other rows' expected tokens; floors: (B, F) widths the pass has anyway.
+
+        Returns:
+            ((B, F) b, (B, F) window), (B,) the probe's b.
+        """
+        times = self.times(rows, kv)
+        widest, b = times.shape[0], torch.arange(expected.shape[1], device=expected.device)
+        cells = torch.tensor([0] if window_cells is None else [0, window_cells], device=b.device)
+        q = 1 + cells[:, None] + b  # (O, n + 1): O window options, no window first
+        bonus = torch.clamp(self.acceptance.window_value, min=self.settings.window_bonus)[:, None] * (cells > 0)  # (B, O)
+        gain = (others[:, None] + 1.0 + self.acceptance.trust[:, None] * expected)[:, None, None, :]  # (B, 1, 1, n + 1)
+        width = torch.maximum(q, floors[:, :, None, None]).clamp(max=widest)  # (B, F, O, n + 1)
+        rate = (gain + bonus[:, None, :, None]) / times[width - 1]
+        rates = torch.where((b <= count[:, None, None, None]) & (q <= widest), rate, -1.0).flatten(2)  # ties to the wider
+        choice = best(rates.flatten(0, 1)).view(rates.shape[:2])
+        draft_only = torch.where(b >= 1, rates[:, 0, : b.shape[0]], -1.0)
+        probe = torch.where(draft_only.max(-1).values > 0, draft_only.argmax(-1), 0)
+        return (choice % b.shape[0], choice // b.shape[0]), probe
+
+    def observe(self, state: BatchState, outcome: Outcome) -> None:
+        """Learn from a step: each row's tokens per step, and every pending node now known."""
+        self.tokens = 0.8 * self.tokens + 0.2 * outcome.verdict.count
+        self.acceptance.observe(state.text, state.length, outcome.verdict.count)
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.tokens, self.own = self.tokens.index_select(0, keep), self.own.index_select(0, keep)
+        self.acceptance.select(keep)
+        self._curve = None

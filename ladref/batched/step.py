@@ -1,0 +1,154 @@
+"""One step of a batch, for every row at once: the one-prompt step (`ladref.step`) as a tensor program.
+
+1. propose: every source's drafts for every row, merged into one trie per row (`plan`);
+2. choose: which nodes, and whether the window, each row feeds (`ladref.batched.source.BatchChoice`);
+   the loop then reads the pass's width from the device, its one read a step;
+3. one forward pass over every row's ``[current | window | nodes]`` (`run`);
+4. verify: every row's longest path greedy agrees with, plus one token (or sampled);
+5. commit: each row's accepted entries in the cache, its kept tokens in its text, its stop;
+6. learn: every source, then the choice, sees the `Outcome`.
+
+No step loops over rows or reads a tensor back: the shapes come from the host (the width read in
+2, the frontier), everything else stays on the model's device. A step with nothing to draft
+(greedy decoding, plain sampling) is `run_plain`: the current tokens alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .cache import BatchCache
+from .drafts import Drafts, Merged, ancestor_table, compact, merge
+from .layout import WindowShape, step_inputs
+from .source import BatchChoice, BatchSource, Outcome
+from .state import BatchState
+from .verify import verify_greedy
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What the next step feeds (steps 1-2), before the host knows its shape.
+
+    Attributes:
+        merged: every source's proposals, merged; feed: (B, n) bool, the nodes each row feeds.
+        window: (B,) bool, the rows feeding their window.
+        shape: (2,) long, [the most nodes a row still decoding feeds, whether any such row feeds its window].
+        parts: each source's slots among the n.
+    """
+
+    merged: Merged
+    feed: torch.Tensor
+    window: torch.Tensor
+    shape: torch.Tensor
+    parts: list[slice]
+
+    def select(self, keep: torch.Tensor) -> "Plan":
+        """The plan of the rows `keep` (in order)."""
+        return Plan(self.merged.select(keep), self.feed.index_select(0, keep), self.window.index_select(0, keep), self.shape,
+                    self.parts)
+
+
+class BatchStep:
+    """A batch's step over its cache, sources and choice (the parts that do not change from step to step).
+
+    Args:
+        cache: the batch's `BatchCache`.
+        sources: the `BatchSource` s, their slots in this order (at least one).
+        choice: what each step feeds.
+        sampler: None for greedy verification, else the batch's `ladref.batched.sample.BatchSampler`.
+    """
+
+    def __init__(self, cache: BatchCache, sources: Sequence[BatchSource], choice: BatchChoice,
+                 sampler: object | None = None) -> None:
+        self.cache, self.sources, self.choice, self.sampler = cache, list(sources), choice, sampler
+        self.deepest = max((s.depth for s in self.sources), default=0)
+        self.topk = max((s.topk for s in self.sources), default=0)
+        self.windowed = next((s for s in self.sources if s.window is not None), None)
+        device = cache.facts.device
+        self.shape = None if self.windowed is None else WindowShape.of(*self.windowed.window, device)
+        self.first = torch.zeros(1, dtype=torch.long, device=device)  # the step position of the current token
+        self.static: torch.Tensor | None = None  # (1, n, D) the ancestor table of sources whose trees keep one shape
+
+    @property
+    def plain(self) -> bool:
+        """Whether there is nothing to draft (greedy decoding, plain sampling): one token a row and step."""
+        return not self.sources
+
+    @property
+    def window_cells(self) -> int | None:
+        return None if self.shape is None else self.shape.length - 1
+
+    def plan(self, state: BatchState) -> Plan:
+        """Steps 1-2: propose, merge and choose, for every row."""
+        proposals = [source.propose(state) for source in self.sources]
+        parts, start = [], 0
+        for proposal in proposals:
+            parts.append(slice(start, start + proposal.width))
+            start += proposal.width
+        drafts = Drafts.cat(proposals)
+        merged = merge(drafts, self._table(drafts))
+        feed, window = self.choice.choose(merged, state, self.window_cells, self.cache.frontier)
+        live = ~state.done
+        window = window & live if self.shape is not None else live & False
+        return Plan(merged, feed, window, torch.stack([(feed.sum(-1) * live).max(), window.any().long()]), parts)
+
+    def _table(self, drafts: Drafts) -> torch.Tensor:
+        """(B, n, D) the drafts' `ancestor_table`: computed once for trees of a fixed shape ((n,) parents)."""
+        rows, depth = drafts.tokens.shape[0], max(self.deepest, 1)
+        if drafts.parents.dim() == 2:
+            return ancestor_table(drafts.parents, depth)
+        if self.static is None:
+            self.static = ancestor_table(drafts.parents[None], depth)
+        return self.static.expand(rows, *self.static.shape[1:])
+
+    @torch.inference_mode()
+    def run_plain(self, state: BatchState) -> None:
+        """A step with nothing to verify: each row's current token alone, its argmax (or a draw) kept."""
+        logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)[:, 0]  # (B, V)
+        state.accept_one(logits.argmax(-1) if self.sampler is None else self.sampler.sample(logits))
+        self.cache.frontier += 1  # the token's entry is committed where the pass wrote it
+
+    @torch.inference_mode()
+    def run(self, state: BatchState, plan: Plan, width: int, window: bool) -> Outcome:
+        """Steps 3-6 for a plan whose shape the host has read: `width` nodes, the window or not."""
+        fed = compact(plan.merged, plan.feed, width)
+        shape = self.shape if window else None
+        ids, positions, allowed = step_inputs(state.current, state.length - 1, fed, shape,
+                                              None if shape is None else self.windowed.grid)
+        length = ids.shape[1] - width
+        keep = self._keep(ids.shape[1], length, shape)
+        logits = self.cache.forward(ids, positions, allowed, keep)  # (B, k, V)
+        preds = logits.argmax(-1)
+        if not self.topk:  # the positions kept: the current token, the window's newest row, the nodes
+            preds = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device).index_copy_(1, keep, preds)
+        top = logits.topk(self.topk, dim=-1).indices if self.topk else None  # every position kept when asked
+        if self.sampler is None:
+            verdict = verify_greedy(preds[:, 0], preds[:, length:], fed, length, self.deepest)
+        else:
+            verdict = self.sampler.verify(logits[:, 0], logits[:, logits.shape[1] - width:], fed, length, self.deepest)
+        self.cache.commit(verdict.entries, verdict.count)
+        kept = state.accept(verdict.tokens, verdict.count)
+        outcome = Outcome(ids, preds, top, length, plan.window if window else None, plan.merged, fed, verdict, kept)
+        for source, part in zip(self.sources, plan.parts):
+            source.learn(state, outcome, part)
+        self.choice.observe(state, outcome)
+        return outcome
+
+    def _keep(self, q: int, length: int, shape: WindowShape | None) -> torch.Tensor:
+        """The step positions whose logits are computed: every one when a source asks for the top-k,
+        else the current token's, the window's newest row's and the nodes'."""
+        device = self.cache.facts.device
+        if self.topk:
+            return torch.arange(q, device=device)
+        window = shape.last_row if shape is not None else self.first[:0]
+        return torch.cat([self.first, window, torch.arange(length, q, device=device)])
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Rows `keep` stay: the cache, the sources and the choice keep only them."""
+        self.cache.select(keep)
+        for source in self.sources:
+            source.select(keep)
+        self.choice.select(keep)

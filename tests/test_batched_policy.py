@@ -1,0 +1,74 @@
+"""Adaptive decoding on a batch: each row chooses what the one-prompt policy chooses, all rows at once."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import tiny_model
+
+from ladref import DraftTree, greedy_decode
+from ladref.batched.drafts import Drafts, ancestor_table, merge
+from ladref.batched.loop import decode_batch
+from ladref.batched.policy import BatchPolicy
+from ladref.batched.sources.jacobi import BatchJacobi
+from ladref.batched.state import BatchState
+from ladref.fast.policy import DraftPolicy, Load, PolicySettings
+from ladref.fast.surface import CostSurface
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+NAMES = ("prompt_lookup", "lookahead", "recycling")
+
+
+def random_trie(rng: random.Random, size: int, vocab: int, name: str) -> DraftTree:
+    """A random trie of about `size` nodes (paths drawn at random, shared prefixes merged)."""
+    return DraftTree.from_paths([[rng.randrange(vocab) for _ in range(rng.randint(1, 4))] for _ in range(size)], name)
+
+
+def as_drafts(trees: list[DraftTree], width: int, evidence: list[int]) -> Drafts:
+    """One source's trees, a row each, in `width` slots."""
+    tokens, parents = torch.zeros(len(trees), width, dtype=torch.long), torch.full((len(trees), width), -1, dtype=torch.long)
+    valid = torch.zeros(len(trees), width, dtype=torch.bool)
+    for b, tree in enumerate(trees):
+        n = len(tree)
+        tokens[b, :n], parents[b, :n], valid[b, :n] = tree.tokens, tree.parents, True
+    return Drafts.of(tokens, parents, valid, torch.tensor(evidence), trie=True)
+
+
+def paths(tree: DraftTree) -> set[tuple[int, ...]]:
+    return {tuple(tree.path_tokens(i)) for i in range(len(tree))}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([CostSurface.roofline(0.015, 0.004), CostSurface.roofline(0.01, 0.00002)]))
+def test_a_fresh_rows_choice_is_the_one_prompt_policys(seed, surface):
+    rng = random.Random(seed)
+    rows, cells = rng.randint(1, 4), rng.choice([None, 3, 8])
+    trees = [[random_trie(rng, rng.randint(0, 6), 4, name) for name in NAMES] for _ in range(rows)]
+    evidence = [[rng.randint(0, 3) for _ in NAMES] for _ in range(rows)]
+    drafts = Drafts.cat([as_drafts([t[s] for t in trees], 24, [e[s] for e in evidence]) for s in range(len(NAMES))])
+    merged = merge(drafts, ancestor_table(drafts.parents, 4))
+    state = BatchState.start([torch.tensor([1, 2])] * rows, [8] * rows, frozenset(), 5, torch.device("cpu"))
+    policy = BatchPolicy(surface, rows, NAMES, 4)
+    feed, window = policy.choose(merged, state, cells, kv=128)
+    for b in range(rows):
+        alone = DraftPolicy(surface.at(rows), None, PolicySettings()).choose(trees[b], 128, cells, evidence[b], Load(rows - 1.0, 1))
+        fed = feed[b].nonzero().flatten().tolist()  # each fed node's path: its ancestors' tokens, by depth
+        fed_paths = {tuple(int(drafts.tokens[b, j]) for j in sorted(merged.ancestors[b, i].nonzero().flatten().tolist(),
+                                                                    key=lambda j: int(merged.depth[b, j]))) for i in fed}
+        assert len(fed) == len(alone.tree) and fed_paths == paths(alone.tree)
+        assert bool(window[b]) == alone.window
+
+
+@pytest.mark.parametrize("surface, drafts", [(CostSurface.roofline(0.015, 0.004), False), (CostSurface.roofline(0.01, 0.00002), True)])
+def test_a_batch_drafts_where_the_surface_pays_for_it_and_stays_exact(surface, drafts):
+    model = tiny_model("llama", 16, 0)  # its greedy texts cycle: Jacobi's guesses converge
+    batch = [[1, 2, 3], [4, 5], [7, 1], [9], [2, 2, 8], [11, 3]]
+    policy = BatchPolicy(surface, len(batch), ["jacobi"], 4)
+    result = decode_batch(model, batch, 30, {"eos_token_id": []}, "adaptive", [BatchJacobi(4)], policy)
+    assert result.token_ids == [greedy_decode(model, p, 30, eos_token_id=[]).token_ids for p in batch]
+    fed = sum(sum(row.stats.draft_tokens_per_step) for row in result)
+    assert (fed > 10 * len(batch)) if drafts else fed == 0
