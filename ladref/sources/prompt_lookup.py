@@ -23,6 +23,20 @@ from ..tree import DraftTree
 from ..types import Budget, Prompts, TokenIds
 
 
+def check_lookup(draft_len: int, max_ngram: int, min_ngram: int, max_matches: int) -> None:
+    """Prompt lookup's settings (`PromptLookupProposer`, and its batch form).
+
+    Raises:
+        TypeError, ValueError: a setting that is not an int >= 1, or ``min_ngram > max_ngram``.
+    """
+    check_int("draft_len", draft_len, 1)
+    check_int("max_ngram", max_ngram, 1)
+    check_int("min_ngram", min_ngram, 1)
+    check_int("max_matches", max_matches, 1)
+    if min_ngram > max_ngram:
+        raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+
+
 class PromptLookupProposer(DraftSource):
     """Drafts from n-gram matches in the prompt and the text generated so far.
 
@@ -40,12 +54,7 @@ class PromptLookupProposer(DraftSource):
     name = "prompt_lookup"
 
     def __init__(self, draft_len: int = 10, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 1) -> None:
-        check_int("draft_len", draft_len, 1)
-        check_int("max_ngram", max_ngram, 1)
-        check_int("min_ngram", min_ngram, 1)
-        check_int("max_matches", max_matches, 1)
-        if min_ngram > max_ngram:
-            raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+        check_lookup(draft_len, max_ngram, min_ngram, max_matches)
         self.draft_len, self.max_ngram, self.min_ngram, self.max_matches = draft_len, max_ngram, min_ngram, max_matches
         self.text: list[int] = []
         self.ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> positions where an occurrence ends

@@ -94,6 +94,27 @@ class TreeTemplate:
         return max(len(p) for p in self.paths)
 
 
+def check_template(vocab_size: int, template: TreeTemplate | None, topk: int | None) -> tuple[TreeTemplate, int]:
+    """Token Recycling's settings (`RecyclingProposer`, and its batch form), defaults filled in.
+
+    Returns:
+        (the template, `TreeTemplate.best_first()` for None; k, the template's own for None).
+
+    Raises:
+        TypeError, ValueError: a vocabulary or k that is not an int >= 1, a template that is not a
+            `TreeTemplate`, or k below the ranks the template uses.
+    """
+    check_int("vocab_size", vocab_size, 1)
+    template = TreeTemplate.best_first() if template is None else template
+    if not isinstance(template, TreeTemplate):
+        raise TypeError(f"template must be a TreeTemplate, got {type(template).__name__}")
+    topk = template.topk if topk is None else topk
+    check_int("topk", topk, 1)
+    if topk < template.topk:
+        raise ValueError(f"the template uses rank {template.topk - 1}, which needs topk >= {template.topk}, got {topk}")
+    return template, topk
+
+
 class RecyclingProposer(DraftSource):
     """Token Recycling's draft source: an adjacency matrix of recent top-k successors and a template.
 
@@ -110,14 +131,7 @@ class RecyclingProposer(DraftSource):
     name = "recycling"
 
     def __init__(self, vocab_size: int, template: TreeTemplate | None = None, topk: int | None = None, warm: bool = False) -> None:
-        check_int("vocab_size", vocab_size, 1)
-        template = TreeTemplate.best_first() if template is None else template
-        if not isinstance(template, TreeTemplate):
-            raise TypeError(f"template must be a TreeTemplate, got {type(template).__name__}")
-        topk = template.topk if topk is None else topk
-        check_int("topk", topk, 1)
-        if topk < template.topk:
-            raise ValueError(f"the template uses rank {template.topk - 1}, which needs topk >= {template.topk}, got {topk}")
+        template, topk = check_template(vocab_size, template, topk)
         if not isinstance(warm, bool):
             raise TypeError(f"warm must be a bool, got {type(warm).__name__}")
         self.template, self.topk, self.warm = template, topk, warm

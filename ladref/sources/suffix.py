@@ -203,9 +203,10 @@ def suffix_decode(
 
     With a `memory` (or a `proposer` holding one) the outputs of earlier calls are drafted from
     too. A batch's rows each draft with a copy of the proposer, their own request trie, all sharing
-    its memory: each row drafts from it and records its output into it as it goes, under the
-    memory's lock. A row may so draft from another row's output in the same batch, and the order
-    in which the rows' threads reach the memory can change what a row drafts, never what it decodes.
+    its memory: once a step every row, in batch order, drafts from it before the pass and records
+    its kept tokens into it after (`ladref.batched.sources.suffix`). A row may so draft from another
+    row's output of the steps before; what it drafts is the same at every run, and never changes
+    what it decodes.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).

@@ -149,7 +149,7 @@ class SuffixMemory:
     Each request's output is a record, written as its tokens are committed (a running request's
     output is drafted from at once, by every request sharing the memory). Past `max_tokens`
     tokens in all, the oldest records are evicted; a record alone keeps at most `max_tokens`.
-    One lock guards the trie: proposers in threads (the rows of a batch) may share a memory.
+    One lock guards the trie: proposers in threads of their own may share a memory.
 
     Args:
         max_tokens: the bound, in tokens, on the outputs kept.

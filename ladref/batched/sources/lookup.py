@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...config import check_int
+from ...sources.prompt_lookup import check_lookup
 from ..drafts import Drafts
 from ..source import Outcome
 from ..state import BatchState
@@ -113,12 +113,7 @@ class BatchPromptLookup:
     name, topk, window = "prompt_lookup", 0, None
 
     def __init__(self, draft_len: int = 10, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 1) -> None:
-        check_int("draft_len", draft_len, 1)
-        check_int("max_ngram", max_ngram, 1)
-        check_int("min_ngram", min_ngram, 1)
-        check_int("max_matches", max_matches, 1)
-        if min_ngram > max_ngram:
-            raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+        check_lookup(draft_len, max_ngram, min_ngram, max_matches)
         self.draft_len, self.max_ngram, self.min_ngram, self.max_matches = draft_len, max_ngram, min_ngram, max_matches
         self.depth = draft_len
         slots = torch.arange(max_matches * draft_len)

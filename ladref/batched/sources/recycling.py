@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ...config import check_int
 from ...runner import ModelFacts
-from ...sources.recycling import RecyclingProposer, TreeTemplate
+from ...sources.recycling import RecyclingProposer, TreeTemplate, check_template
 from ..drafts import Drafts
 from ..source import Outcome
 from ..state import BatchState
@@ -71,14 +70,7 @@ class BatchRecycling:
     name, window = "recycling", None
 
     def __init__(self, vocab_size: int, template: TreeTemplate | None = None, topk: int | None = None) -> None:
-        check_int("vocab_size", vocab_size, 1)
-        template = TreeTemplate.best_first() if template is None else template
-        if not isinstance(template, TreeTemplate):
-            raise TypeError(f"template must be a TreeTemplate, got {type(template).__name__}")
-        topk = template.topk if topk is None else topk
-        check_int("topk", topk, 1)
-        if topk < template.topk:
-            raise ValueError(f"the template uses rank {template.topk - 1}, which needs topk >= {template.topk}, got {topk}")
+        template, topk = check_template(vocab_size, template, topk)
         self.vocab_size, self.template, self.topk, self.depth = vocab_size, template, topk, template.depth
         self.levels, self.parents, self.order = template_levels(template)
         self.adjacency: torch.Tensor | None = None
