@@ -24,7 +24,9 @@
 #    it beside two roofline models, one CPU-shaped and one GPU-shaped;
 # 4. predicts, from S and q, the batch size at which a draft source stops paying;
 # 5. lets adaptive decoding, the production engines' rules and a rule of our own decide per
-#    step, on a tiny model where the answer is easy to see.
+#    step, on a tiny model where the answer is easy to see;
+# 6. measures the host's work around each pass: why a batch run as B copies of the one-prompt
+#    loop lost on a GPU, and what a batch-native step changes.
 
 # %%
 import warnings
@@ -34,6 +36,9 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
+import json
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -50,10 +55,11 @@ from ladref import (
     lookahead_decode,
     prompt_lookup_decode,
 )
-from ladref.batch import ragged_commit_plan
+from ladref.batched.cache import ragged_commit_plan
 from ladref.bench.engines import chain_decode, threshold_decode
+from ladref.bench.host import measure_host_overhead
+from ladref.bench.host_meter import tiny_llama
 from ladref.decode import decode_with_proposers
-from ladref.proposer import merge_all
 
 model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True shows the loading bars
 
@@ -63,9 +69,11 @@ model, tokenizer = load_default_model(device="cpu")  # quiet; progress=True show
 # Every decoder of ladref takes a list of prompts as well as one prompt. The prompts may differ
 # in length (no padding to do by hand); the result is a `ladref.BatchResult`: `.rows` (one
 # `DecodeResult` per prompt, in order), `.token_ids`, `.texts` and `.passes`, the forward
-# passes the batch ran. Each row runs exactly the loop that decodes one prompt; only its forward
-# passes are shared: a pass runs when every unfinished row has asked for one, all rows in one
-# (B, Q) tensor (`ladref.batch`).
+# passes the batch ran. Each row gets the tokens that the one-prompt loop of tutorials 3 to 5
+# (`ladref.step`) gives it, but the batch does not run that loop once per row: one batched step
+# (`ladref.batched`) drafts, lays out, verifies and commits for every row at once, as tensor
+# operations over (B, ...), around one forward pass of all rows in a (B, Q) tensor. Section 6
+# shows why it is built that way.
 
 # %%
 texts = [
@@ -141,40 +149,56 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **One padded cache, per-row lengths.** All rows share one `DynamicCache` of shape
-# (B, heads, T, head_dim). Row b's committed tokens are its first `length[b]` slots and its
-# attention mask hides every slot past them. A pass appends Q slots to every row, Q being the
-# widest row's step, starting at slot `past` = the longest row's length; each row's q entries
-# land there and the rest is padding. Then each row keeps what it accepted: its accepted
-# entries move, in path order, to the slots right after its own length. The moves of all rows
-# are one index plan, `ladref.batch.ragged_commit_plan`. Three rows of committed lengths 6, 4
-# and 5, whose steps fed 3, 1 and 4 tokens (entry 0 is the current token, always kept):
+# **One padded cache, a frontier, and holes.** All rows share one `DynamicCache` of shape
+# (B, heads, T, head_dim). A pass writes every row's step at the same slots, the *frontier*
+# T .. T + Q - 1, Q being the widest row's step. A row's committed tokens are the slots its
+# mask leaves open, not necessarily its first ones: a prompt shorter than the longest leaves a
+# *hole* after it, hidden by its mask, as a padded batch in transformers' `generate` does.
+# Positions are each row's own count of tokens, so a hole changes nothing the row computes.
+#
+# After verification each row keeps what it accepted: its current token's entry (step entry 0)
+# stays where it is, and its accepted draft entries move, in path order, to the slots right
+# after it. The moves of all rows are one plan of (B, K) index tensors,
+# `ladref.batched.cache.ragged_commit_plan(frontier, entries, counts)`: row b's first
+# `counts[b]` entries of `entries[b]` go to slots `frontier, frontier + 1, ...`; a column past
+# its count moves a slot onto itself, so every row has K moves and no row needs a loop of its
+# own. Three rows whose prompts cached 6, 4 and 8 slots (frontier 8), whose steps fed 3, 1 and
+# 4 tokens and kept entries [0, 2], [0] and [0, 1, 3]:
 
 # %%
-def slots(cells, past):
-    return "".join(cells[:past]) + " | " + "".join(cells[past:])
+def slots(cells, frontier):
+    return "".join(cells[:frontier]) + " | " + "".join(cells[frontier:])
 
 
-lengths, past, widths, accepted = [6, 4, 5], 6, [3, 1, 4], [[0, 2], [0], [0, 1, 3]]
-width = max(widths)
-print("before the commit (c: committed, digits: the step's entries, .: hidden; | marks slot `past`):")
-for b, (n, q) in enumerate(zip(lengths, widths)):
-    print(f"   row {b}: {slots(['c'] * n + ['.'] * (past - n) + [str(i) for i in range(q)] + ['.'] * (width - q), past)}")
-rows, sources, targets, new_lengths = ragged_commit_plan(lengths, past, widths, accepted)
-print("\nthe plan:")
-for r, s, t in zip(rows.tolist(), sources.tolist(), targets.tolist()):
-    print(f"   row {r}: slot {s} -> slot {t}")
-print("\nafter it (the slots past the new longest length are cut before the next pass):")
-for b, (n, keep) in enumerate(zip(lengths, accepted)):
-    cells = ["c"] * n + [str(i) for i in keep]
-    print(f"   row {b}: {slots(cells + ['.'] * (past + width - len(cells)), past)}   length {int(new_lengths[b])}")
+FRONTIER, held, widths, kept = 8, [6, 4, 8], [3, 1, 4], [[0, 2], [0], [0, 1, 3]]
+width, most = max(widths), max(map(len, kept))
+entries = torch.tensor([k + [0] * (most - len(k)) for k in kept])  # (B, K), padded with entry 0
+counts = torch.tensor([len(k) for k in kept])  # (B,)
+print("before the commit (c: committed, digits: the step's entries, .: hidden; | marks the frontier):")
+for b, (n, q) in enumerate(zip(held, widths)):
+    print(f"   row {b}: {slots(['c'] * n + ['.'] * (FRONTIER - n) + [str(i) for i in range(q)] + ['.'] * (width - q), FRONTIER)}")
+sources, targets = ragged_commit_plan(FRONTIER, entries, counts)
+print(f"\nthe plan, sources -> targets, (B, K) = {tuple(sources.shape)}:")
+for b in range(len(held)):
+    moves = [f"{s} -> {t}" for s, t in zip(sources[b].tolist(), targets[b].tolist())]
+    print(f"   row {b}: " + ", ".join(moves) + ("   (all in place)" if sources[b].equal(targets[b]) else ""))
+advance = int(counts.max())
+print(f"\nafter it (the frontier moves {advance} slots, past the row that kept the most):")
+for b, (n, keep) in enumerate(zip(held, kept)):
+    cells = ["c"] * n + ["."] * (FRONTIER - n) + [str(i) for i in keep]
+    print(f"   row {b}: {slots(cells + ['.'] * (FRONTIER + width - len(cells)), FRONTIER)}")
 
 # %% [markdown]
-# In `BatchRunner` the same plan runs twice: right after the pass, every row's whole step moves
-# down to its own length (so the row sees its step where a single prompt's would be), then the
-# row's own `commit` keeps its accepted entries, exactly as for one prompt. A row that finishes
-# is dropped from the cache's batch dimension at the next pass: the passes shrink as rows finish,
-# as `BatchResult.passes` and the blank cells above show.
+# In `ladref.batched.cache.BatchCache.commit` this plan is one gather and one scatter per layer,
+# and the kept slots are opened in each row's additive mask (its `bias`, a (B, slots) tensor).
+# Nothing of it is read back to the host: the host only needs to know how far the frontier
+# moves, which it learns in its one small read a step (section 6). A greedy step needs no move
+# at all: its one entry is already in place. The price of the holes is memory: the cache grows
+# by the most any row kept at each step, and a row that kept less leaves the difference hidden.
+# A row that stops (end-of-sequence token, or its budget) is marked on the device; at the next
+# read the loop drops it from the batch dimension of the cache, the mask and every source's
+# state (`index_select`), so the passes shrink as rows finish, as `BatchResult.passes` and the
+# blank cells above show.
 #
 # The price of one tensor is padding: a pass computes B x Q tokens, whatever the rows fed.
 # (vLLM maps each request to paged blocks and TensorRT-LLM packs ragged sequences, so they pay
@@ -414,8 +438,8 @@ plt.show()
 # %% [markdown]
 # One row alone on the CPU-like surface drafts freely: one pass costs one weight read up to 3
 # tokens. Eight rows on the same surface are past its ridge. Each row prices the pass as a whole
-# (`ladref.fast.policy.Load`): the other rows' expected tokens count in what the pass yields, and
-# the pass is as wide as its widest row. A draft that widens it makes all eight rows' pass
+# (`ladref.batched.policy.BatchPolicy`, every row at once): the other rows' expected tokens count
+# in what the pass yields, and the pass is as wide as its widest row. A draft that widens it makes all eight rows' pass
 # dearer for one row's gain, so no row drafts. On the GPU-shaped surface the same eight rows
 # feed many draft tokens each, every pass, and need well under half the passes. The output is
 # greedy's either way.
@@ -431,36 +455,48 @@ plt.show()
 #   maximises the expected tokens per second, (1 - a^(k+1)) / (1 - a) / t(1 + k, B), with a
 #   the batch's running acceptance rate (vLLM's dynamic speculative decoding).
 #
-# A rule is a `ladref.step.StepChoice`: an object whose `choose(trees, evidence, kv,
-# window_cells)` returns the tree to feed and whether to feed the lookahead window, with
-# `observe(tokens)` and `timed(fed, kv, seconds)` to learn from (and, if it likes,
-# `may_draft(kv, window_cells)`: False spares the loop proposing drafts it will not feed). Ours ignores acceptance
-# altogether: it drafts the longest chain whose pass costs at most 25 % more than a greedy pass
-# of the same batch. `decode_with_proposers` runs it on ladref's one drafting loop, with one
-# choice per row made from the row's runner, which knows the batch it runs in (`runner.rows`).
+# A rule for a batch is a `ladref.batched.source.BatchChoice`, an object with three methods:
+#
+# * `choose(merged, state, window_cells, kv)` returns what every row feeds this step: a (B, n)
+#   bool tensor of draft nodes and a (B,) bool tensor of the rows that feed the lookahead
+#   window. `merged` holds every row's proposed drafts merged into one trie per row
+#   (`merged.kept`: (B, n) bool, the nodes proposed, parents before children); `state` is where
+#   the rows stand (`state.size`: B, the live rows; `state.text`, `state.length`: each row's
+#   tokens); `window_cells` is the window's size in tokens (None without a window) and `kv` the
+#   cache slots the pass attends to;
+# * `observe(state, outcome)` learns from each step (`outcome.verdict.depth`: (B,) the draft
+#   tokens each row accepted);
+# * `select(keep)` forgets the rows that finished (`keep`: the indices of the rows that stay).
+#
+# Ours ignores acceptance altogether: every row drafts the longest chain whose pass costs at
+# most 25 % more than a greedy pass of the same batch. Like ladref's own rules it is a tensor
+# operation over the rows, with no loop over them and nothing read from the device.
+# `decode_with_proposers` runs it on ladref's drafting loop (the loop every draft decoder
+# shares), with prompt lookup drafting up to 8 tokens.
 
 # %%
 class Headroom:
-    """Draft k tokens, k the largest with t(1 + k, B) <= slack x t(1, B) on the surface; acceptance ignored."""
+    """Draft k tokens a row, k the largest with t(1 + k, B) <= slack x t(1, B) on the surface; acceptance ignored."""
 
-    def __init__(self, runner, surface, slack=1.25, max_len=8):
-        self.runner, self.surface, self.slack, self.max_len = runner, surface, slack, max_len
+    def __init__(self, surface, slack=1.25, max_len=8):
+        self.surface, self.slack, self.max_len = surface, slack, max_len
 
-    def choose(self, trees, evidence, kv, window_cells):
-        curve = self.surface.at(self.runner.rows)
+    def choose(self, merged, state, window_cells, kv):
+        curve = self.surface.at(state.size)  # the batch's live rows: a number the host knows
         k = max(k for k in range(self.max_len + 1) if curve.time(1 + k) <= self.slack * curve.time(1))
-        return merge_all(trees).prune(k), False  # prune(0): an empty tree, a greedy step
+        feed = merged.kept & (merged.kept.cumsum(-1) <= k)  # (B, n): each row's first k nodes (k = 0: a greedy step)
+        return feed, torch.zeros(state.size, dtype=torch.bool, device=feed.device)
 
-    def observe(self, tokens):
+    def observe(self, state, outcome):
         pass
 
-    def timed(self, fed, kv, seconds):
+    def select(self, keep):
         pass
 
 
 def headroom_decode(model, prompts, max_new_tokens, surface):
     return decode_with_proposers(model, prompts, max_new_tokens, PromptLookupProposer(8), "headroom", 8, {"eos_token_id": []},
-                                 choice=lambda runner: Headroom(runner, surface))
+                                 batch_choice=lambda rows: Headroom(surface))
 
 
 rules = {
@@ -503,6 +539,90 @@ for size in (1, 2, 4, 8):
 # `python -m ladref bench --dataset specbench --batch 1,2,4,8,16`; its results are on the
 # Benchmarks page.
 #
+# ## 6. Host work: what a batch costs besides its pass
+#
+# Sections 3 to 5 price a step by its forward pass alone. On a GPU the pass of a small model
+# takes a few milliseconds, and what the host does around it adds to every step: the Python of
+# the step, the torch operations it dispatches (each one a kernel launch on a GPU), and every
+# value it reads back from the device (`.item()`, `.tolist()`, `bool(tensor)`), where the host
+# waits until the GPU has finished all the work queued before it. Host work that grows with B
+# eats exactly the gain that batching is for.
+#
+# ladref's first batch design ran each row's one-prompt loop in a thread of its own, the rows
+# meeting at one forward pass: proposing, laying out, verifying and committing ran once per
+# row, in Python, each row reading its results back several times a step. On an H100 and an
+# H200 (float16, SmolLM2-135M, 12 prompts; [GPU results](../../gpu/)) adaptive decoding then
+# made 0.27x and 0.48x batched greedy's throughput at B = 12, where the measured cost surface
+# predicted about 1.9x: the host loop, not the GPU, decided.
+#
+# The batched step (`ladref.batched`) does the same work as tensor operations over (B, ...)
+# on the model's device, and between two passes the host reads ONE small tensor: which rows
+# stopped, how wide the next pass is, whether it feeds a window, and how far the frontier moved
+# (section 2). Host work is measurable even without a GPU: with a tiny model the forward pass
+# is nearly free, so the time outside it is the host's, and torch's profiler counts the
+# operations and the reads (`aten::_local_scalar_dense` is one read). `python -m ladref bench
+# --host-overhead` does exactly that (`ladref.bench.host`); here a short version of it, against
+# transformers' batched `generate` as the anchor:
+
+# %%
+points = measure_host_overhead(tiny_llama(), batches=(1, 16), methods=("greedy", "prompt_lookup", "generate"),
+                               max_new_tokens=24, rounds=1)
+print(f"{'':14} {'B':>3} {'ms/pass':>8} {'host ms/pass':>13} {'torch ops/pass':>15} {'reads/pass':>11} {'= greedy':>9}")
+for point in points:
+    print(f"{point.method:14} {point.batch:3d} {point.ms_per_pass:8.2f} {point.host_ms_per_pass:13.2f} "
+          f"{point.ops_per_pass:15.0f} {point.reads_per_pass:11.1f} {str(point.match):>9}")
+
+# %% [markdown]
+# One read a pass and a number of torch operations that does not change with B: that is what
+# makes a batch's host work flat. The committed runs of the full benchmark (48 new tokens a row,
+# three rounds, every method) measured both designs on the same machine, the thread design at
+# the last commit that had it:
+
+# %%
+HOST_RUNS = Path("..") / "benchmarks" / "results" / "host_overhead"
+designs = {"a thread per row": HOST_RUNS / "thread_design" / "host_overhead.json",
+           "one tensor program": HOST_RUNS / "host_overhead.json"}
+runs_by_design = {name: {(p["method"], p["batch"]): p for p in json.loads(path.read_text())["points"]}
+                  for name, path in designs.items()}
+METHODS = ("greedy", "prompt_lookup", "lookahead", "recycling", "adaptive")
+print(f"{'':14} {'host ms/pass, B = 1 -> 16':>40} {'device->host reads/pass, B = 1 -> 16':>44}")
+for method in METHODS:
+    cells = []
+    for field, digits in (("host_ms_per_pass", 2), ("reads_per_pass", 1)):
+        cells.append("   ".join(f"{runs[method, 1][field]:6.{digits}f} -> {runs[method, 16][field]:6.{digits}f}"
+                               for runs in runs_by_design.values()))
+    print(f"{method:14} {cells[0]:>40} {cells[1]:>44}")
+print(f"{'':14} {'(a thread per row   one tensor program)':>40} {'(a thread per row   one tensor program)':>44}")
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), sharex=True)
+for (name, runs), style in zip(runs_by_design.items(), ("--", "-")):
+    for method, color in zip(METHODS, plt.cm.tab10.colors):
+        batches = sorted(b for m, b in runs if m == method)
+        for ax, field in zip(axes, ("host_ms_per_pass", "reads_per_pass")):
+            ax.plot(batches, [runs[method, b][field] for b in batches], style, marker="o", color=color,
+                    label=f"{method}" if style == "-" else None)
+for ax, label in zip(axes, ("host work a pass (ms)", "device->host reads a pass")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel(label)
+    ax.grid(True, alpha=0.3)
+axes[0].set_title("dashed: a thread per row; solid: one tensor program (CPU, tiny model)", fontsize=9)
+axes[1].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# With a thread per row, every figure grows with B: at B = 16 batched greedy read from the
+# device dozens of times a pass, and a drafting method's host work was several times its B = 1
+# figure. With one tensor program the reads stay at one a pass at every B, and the host work
+# grows only as much as the tensors it handles do. On a CPU that growth is real work (a step's
+# tensors are bigger at B = 16); on a GPU it runs on the device, where a (16, n) operation
+# costs what a (1, n) one does. What remains is a fixed cost a step: a drafting step dispatches
+# a few hundred small operations (proposing, merging the trees, verifying, committing), several
+# times greedy's. Capturing the whole step in one graph, so that it is launched once, is the
+# next step for that cost.
+#
 # ## Exercises
 #
 # 1. Predict with B* = S x ridge / q the batch size at which prompt lookup (S and q from
@@ -513,6 +633,10 @@ for size in (1, 2, 4, 8):
 #    which on the GPU-shaped one? Can any one threshold suit both?
 # 3. Replace `CPU_LIKE` in section 5 by the CPU roofline of section 3, `CostSurface.roofline(0.015,
 #    0.0014)` (ridge 11). At which B does adaptive decoding stop drafting now?
-# 4. Write a `StepChoice` of your own: for instance `Headroom` with the running acceptance of
-#    `observe` (how many drafted tokens each step accepted), or one that drafts only while the
-#    batch has a single row left. Compare its modelled times with the table's.
+# 4. Write a `BatchChoice` of your own: for instance `Headroom` with the running acceptance of
+#    `observe` (`outcome.verdict.depth`: the draft tokens each row accepted), or one that drafts
+#    only while the batch has a single row left. Keep it a tensor operation over the rows.
+#    Compare its modelled times with the table's.
+# 5. Run section 6's measurement for `lookahead` and `adaptive` too. Which parts of a drafting
+#    step do its extra torch operations come from? (`torch.profiler` around one call of
+#    `lookahead_decode` on the tiny model, its table sorted by count, tells you.)
