@@ -12,7 +12,7 @@ from test_sampling import ALPHA, PROMPT, chi_square_p, exact_joint, joint_counts
 
 from ladref import (BatchResult, DecodeResult, DraftTree, JacobiProposer, LookaheadConfig, PromptLookupProposer, adaptive_decode,
                     draft_decode, greedy_decode, jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode,
-                    sample_decode)
+                    sample_decode, suffix_decode)
 from ladref.fast.cost import CostModel
 from ladref.fast.policy import DraftPolicy, Load
 from ladref.fast.surface import CostSurface
@@ -26,6 +26,7 @@ BATCHED = {
     "recycling": lambda m, ids, n, **kw: recycling_decode(m, ids, n, **kw),
     "draft": lambda m, ids, n, **kw: draft_decode(m, ids, n, proposers=[JacobiProposer(2), PromptLookupProposer(3)], **kw),
     "adaptive": lambda m, ids, n, **kw: adaptive_decode(m, ids, n, cost=CostSurface.roofline(0.01, 0.0001), **kw),
+    "suffix": lambda m, ids, n, **kw: suffix_decode(m, ids, n, **kw),
 }
 CPU_LIKE = CostSurface.roofline(0.015, 0.004)  # ridge ~4 tokens: a batch of 8 greedy rows is compute-bound
 GPU_LIKE = CostSurface.roofline(0.01, 0.00002)  # ridge ~500 tokens: flat for every batch here
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @given(architectures, vocab_sizes, seeds, st.data())
 def test_every_row_equals_its_batch_1_greedy_output(name, arch, vocab, seed, data):
     model = tiny_model(arch, vocab, seed)
-    batch = data.draw(st.lists(prompts(vocab), min_size=2, max_size=4))  # prompts of different lengths
+    batch = data.draw(st.lists(prompts(vocab), min_size=1, max_size=4))  # a batch of one, or prompts of different lengths
     budgets = data.draw(st.lists(st.integers(1, 14), min_size=len(batch), max_size=len(batch)))
     eos = data.draw(st.none() | st.integers(0, vocab - 1))  # EOS inside accepted paths, at different steps per row
     options = {} if eos is None else {"eos_token_id": eos}
@@ -122,7 +123,7 @@ def reads_and_ops(call) -> tuple[int, int]:
     return counts[0], counts[1]
 
 
-@pytest.mark.parametrize("name", ["greedy", "prompt_lookup", "jacobi", "recycling"])
+@pytest.mark.parametrize("name", ["greedy", "prompt_lookup", "jacobi", "recycling", "lookahead", "adaptive"])
 def test_a_batch_reads_once_a_step_and_its_ops_do_not_grow_with_the_batch(name):
     model = tiny_model("llama", 16, 0)
     per_pass = {}

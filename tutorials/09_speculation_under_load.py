@@ -120,8 +120,9 @@ for name, result in drafters.items():
 # ## 2. Ragged acceptance
 #
 # In one pass each row verifies its own draft and accepts its own number of tokens
-# (`row.stats.accepted_per_step`): the rows drift apart. Every row's prompt rides in the first
-# pass with its first step, so a row's step i runs in pass i; a blank cell is a row that has finished.
+# (`row.stats.accepted_per_step`): the rows drift apart. The prompts are cached first (each prompt
+# alone, counted as the batch's first pass in `passes`), then every step is one forward pass of all
+# live rows; a blank cell is a row that has finished.
 
 # %%
 def accepted_matrix(result):
@@ -140,9 +141,9 @@ for ax, (name, result) in zip(axes, drafters.items()):
     for b, i in zip(*np.nonzero(grid > 1)):
         ax.text(i, b, int(grid[b, i]), ha="center", va="center", fontsize=7, color="black" if grid[b, i] > 3 else "white")
     ax.set_yticks(range(len(result)), [f"row {b}" for b in range(len(result))])
-    ticks = [0] + [i for i in range(grid.shape[1]) if (i + 1) % 5 == 0]  # column i is pass i + 1
+    ticks = [0] + [i for i in range(grid.shape[1]) if (i + 1) % 5 == 0]  # column i is step i + 1
     ax.set_xticks(ticks, [str(i + 1) for i in ticks])
-    ax.set_xlabel("forward pass (pass 1 also ran the prompts)")
+    ax.set_xlabel("step (one forward pass of the live rows each)")
     ax.set_title(f"{name}: tokens accepted per pass (numbers: more than one)", fontsize=9)
     fig.colorbar(image, ax=ax, pad=0.01)
 fig.tight_layout()
@@ -206,7 +207,7 @@ for b, (n, keep) in enumerate(zip(held, kept)):
 
 # %%
 def widths_per_pass(result):
-    """For each pass: the tokens each live row's step fed (its width q; pass 1 also ran the prompts, not counted)."""
+    """For each step (one pass each, after the prompts'): the tokens each live row's step fed (its width q)."""
     steps = [row.stats.forward_tokens_per_step for row in result]
     return [[s[k] for s in steps if k < len(s)] for k in range(max(map(len, steps)))]
 
@@ -218,7 +219,7 @@ for ax, (name, result) in zip(axes, drafters.items()):
     ax.step(x, [len(qs) * max(qs) for qs in per_pass], where="mid", label="computed: B x Q (padded)")
     ax.step(x, [sum(qs) for qs in per_pass], where="mid", label="fed: sum of the rows' q")
     ax.step(x, [len(qs) for qs in per_pass], where="mid", color="grey", ls=":", label="live rows B")
-    ax.set_xlabel("forward pass")
+    ax.set_xlabel("step (one forward pass)")
     ax.set_title(name, fontsize=9)
     ax.grid(True, alpha=0.3)
 axes[0].set_ylabel("tokens in the pass")
@@ -428,7 +429,7 @@ for name, result in runs.items():
 fig, ax = plt.subplots(figsize=(8, 3.2))
 for name, result in runs.items():
     ax.step(range(1, len(widths_per_pass(result)) + 1), [sum(qs) for qs in widths_per_pass(result)], where="mid", label=name)
-ax.set_xlabel("forward pass")
+ax.set_xlabel("step (one forward pass)")
 ax.set_ylabel("tokens fed by the batch")
 ax.set_title(f"a batch of {len(tiny_batch)} rows, tiny model: what each pass feeds", fontsize=9)
 ax.legend(fontsize=8)
