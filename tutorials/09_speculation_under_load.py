@@ -36,7 +36,9 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -566,8 +568,22 @@ for size in (1, 2, 4, 8):
 # transformers' batched `generate` as the anchor:
 
 # %%
-points = measure_host_overhead(tiny_llama(), batches=(1, 16), methods=("greedy", "prompt_lookup", "generate"),
-                               max_new_tokens=24, rounds=1)
+@contextlib.contextmanager
+def quiet_stderr():
+    """torch's profiler logs a line from C++ each time it starts and stops; hidden here."""
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(null)
+        os.close(saved)
+
+
+with quiet_stderr():
+    points = measure_host_overhead(tiny_llama(), batches=(1, 16), methods=("greedy", "prompt_lookup", "generate"),
+                                   max_new_tokens=24, rounds=1)
 print(f"{'':14} {'B':>3} {'ms/pass':>8} {'host ms/pass':>13} {'torch ops/pass':>15} {'reads/pass':>11} {'= greedy':>9}")
 for point in points:
     print(f"{point.method:14} {point.batch:3d} {point.ms_per_pass:8.2f} {point.host_ms_per_pass:13.2f} "
