@@ -553,7 +553,8 @@ def move_row_slots(cache: DynamicCache, src: torch.Tensor, dst: torch.Tensor) ->
     from its other moves' targets (`ladref.batched.cache.ragged_commit_plan` makes them so).
 
     Args:
-        src, dst: (B, K) long slot indices on the cache's device, one row per batch row.
+        src: (B, K) long slot indices on the cache's device, one row per batch row.
+        dst: (B, K) long, where each of them goes.
     """
     rows = torch.arange(src.shape[0], device=src.device)[:, None]
     for layer in cache.layers:

@@ -96,7 +96,8 @@ class BatchCache:
         """One pass of every row's step at the frontier.
 
         Args:
-            input_ids, position_ids: (B, Q) long.
+            input_ids: (B, Q) long, every row's step tokens.
+            position_ids: (B, Q) long, their positions (each row's own count of tokens).
             allowed: (B, Q, Q) bool, who sees whom within the step; None for a one-token step
                 (its token is committed whatever it predicts: its slot is marked at once).
             keep: (k,) long, the step positions whose logits are wanted (the same for every row).

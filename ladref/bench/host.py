@@ -96,7 +96,7 @@ def measure_host_overhead(model: torch.nn.Module, batches: Sequence[int] = HOST_
     if min(batches, default=0) < 1 or max_new_tokens <= SHORT_TOKENS or rounds < 1:
         raise ValueError(f"need batches >= 1, max_new_tokens > {SHORT_TOKENS} and rounds >= 1; got {list(batches)}, "
                          f"{max_new_tokens}, {rounds}")
-    decoders, note = host_decoders(), progress or (lambda _: None)
+    decoders, note = host_decoders(), (lambda _: None) if progress is None else progress
     calls = {(b, m, n): (lambda d=decoders[m], p=repetitive_prompts(b), n=n: d(model, p, n))
              for b in batches for m in methods for n in (max_new_tokens, SHORT_TOKENS)}
     counts, outputs = {}, {}
