@@ -208,23 +208,9 @@ def test_each_row_copies_its_proposers_but_shares_a_suffix_memory():
     assert RowProposers([Reversed(1, log), SuffixProposer()]).name == "reversed+suffix"
 
 
-class Windowed(DraftSource):
-    name = "windowed"
-    window = object()
-
-    def begin(self, prompt):
-        pass
-
-    def propose(self, context):
-        return DraftTree.empty()
-
-    def learn(self, outcome):
-        pass
-
-
 def test_a_window_a_class_and_a_half_proposer_are_refused_when_built():
-    with pytest.raises(ValueError, match="Windowed.*'windowed'.*window of its own"):
-        RowProposers([Windowed()])
+    with pytest.raises(ValueError, match="StillWindow.*'still'.*window of its own"):
+        RowProposers([StillWindow(torch.zeros(2, 3, dtype=torch.long))])
     with pytest.raises(TypeError, match="Reversed is a class: pass an instance"):
         RowProposers([Reversed])
     with pytest.raises(TypeError, match="object does not implement the Proposer protocol"):
