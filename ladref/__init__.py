@@ -43,7 +43,7 @@ lookup baseline) lives in `ladref.bench`; the library never imports it.
 
 Importing `ladref` imports none of them: each public name's module is imported when the name is
 first used (PEP 562), so a building block (``import ladref.tree``) costs torch's import, not
-transformers' as well (1.5-1.7 s against 4.7-5.8 s on a 2-core machine: benchmarks/results/import_time/).
+transformers' as well (1.5-1.7 s against 4.7-5.8 s on a 2-core machine: benchmarks/archive/import_time/).
 """
 
 import ast

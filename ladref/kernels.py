@@ -10,11 +10,11 @@ shape (docs/attention_kernels.md).
 On a CPU, torch's BLAS computes ``F.linear(x, W)`` = x @ W^T over a few rows badly: 2 or 3 rows
 as one matrix-vector product per row, each reading all of W, and 4 to 16 rows at about a third of
 the memory bandwidth, while the same product taken as W @ x^T reads W once at full speed
-(benchmarks/results/step_breakdown/head_gemm.log); a whole pass gains, unevenly, up to 8 rows, and
-from 10 to 15 rows W @ x^T is the slower (benchmarks/results/step_breakdown/wide_rows/). One row is a
+(benchmarks/archive/step_breakdown/head_gemm.log); a whole pass gains, unevenly, up to 8 rows, and
+from 10 to 15 rows W @ x^T is the slower (benchmarks/archive/step_breakdown/wide_rows/). One row is a
 matrix-vector product however it is written, and that reads W at about a third of the speed too,
 once W is out of the caches (as a model's weights are): so one row is taken as W @ [x; 0]^T, two
-columns, the second zero (benchmarks/results/step_breakdown/one_row/). A pass of `SMALL_ROWS` rows
+columns, the second zero (benchmarks/archive/step_breakdown/one_row/). A pass of `SMALL_ROWS` rows
 therefore runs inside `linear_scope`, which computes every linear layer that way. This module only
 uses torch.
 """

@@ -160,7 +160,7 @@ class RoomyLayer(DynamicLayer):
 
     transformers' layer appends a pass's entries by concatenation, copying the whole cache every
     pass: (B, H_kv, T, D) keys and values a layer, 9% of a batched greedy pass of 16 rows over
-    760 slots on a 2-core CPU (`benchmarks/results/load/batch_profile_cpu_b16_second.log`). Here a pass
+    760 slots on a 2-core CPU (`benchmarks/archive/load/batch_profile_cpu_b16_second.log`). Here a pass
     writes its q entries in place. The buffers grow, by an eighth or `SPARE` slots, only when full.
     Keys and values that ladref sets from outside (a commit's cut, a trim: views of the buffers)
     keep the buffers; any other tensor set there is copied into fresh buffers by the next pass.
@@ -498,7 +498,7 @@ def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[st
     its last hidden state and no logits, and computes the head itself, as W @ h^T: CPU BLAS takes
     ``h @ W^T`` with few rows as one matrix-vector product per row, each reading the whole head
     (SmolLM2-135M's 49152 x 576 on 2 threads: 18 ms for 4 rows as ``F.linear``, 5 ms as W @ h^T;
-    20 against 14 ms for 16; ``benchmarks/results/step_breakdown/head_gemm.log``). A pass of one
+    20 against 14 ms for 16; ``benchmarks/archive/step_breakdown/head_gemm.log``). A pass of one
     row, a greedy step's, keeps the model's own head, whose linear layer `linear_scope` computes
     as W @ [h; 0]^T like the others (a matrix-vector product reads W at about a third of the speed).
 

@@ -9,7 +9,7 @@ two rows on, the output head computed as W @ h^T). Then ladref's batched greedy 
 (the first of each task, then the second of two tasks: 10-759 tokens) against the same prompts
 one at a time, whole and without the prompts' prefill (which a batch runs row by row).
 
-    python scripts/batch_ceiling.py > benchmarks/results/load/batch_ceiling_cpu.log
+    python scripts/batch_ceiling.py > benchmarks/archive/load/batch_ceiling_cpu.log
 """
 import time
 

@@ -4,7 +4,7 @@ The same B Spec-Bench prompts (one per task, in turn) are decoded as one batch b
 process of its own; "model only" loads the model and decodes nothing. What a method adds is its
 peak minus the model-only peak; the ratio to batched greedy's is what the batch's drafts cost in memory.
 
-    python scripts/batch_memory.py --batch 16 --max-new-tokens 64 --threads 1 --out benchmarks/results/load/batch_memory_cpu.json
+    python scripts/batch_memory.py --batch 16 --max-new-tokens 64 --threads 1 --out benchmarks/archive/load/batch_memory_cpu.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a second process pays to compile one width, and why: Inductor's cache counters, with and without weight prepacking.
 
 The source of the compile-cache paragraph in docs/compiled.md (log in
-benchmarks/results/compiled_cpu/compile_cache.log). Run each line twice: the second run finds
+benchmarks/archive/compiled_cpu/compile_cache.log). Run each line twice: the second run finds
 Inductor's on-disk caches warm, as a second process would.
 
     python scripts/compile_cache.py prepack

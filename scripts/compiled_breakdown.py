@@ -15,7 +15,7 @@ around the package (its inputs, the mask, the logits it picks) are clocked as AT
 what nothing clocks, the step's wall time less everything clocked, is the package's wrapper and
 the threads' start and join around each kernel.
 
-    python scripts/compiled_breakdown.py --out benchmarks/results/step_breakdown
+    python scripts/compiled_breakdown.py --out benchmarks/archive/step_breakdown
 
 Every timing: medians over interleaved repeats.
 """

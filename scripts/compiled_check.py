@@ -1,6 +1,6 @@
 """Real-model check and timing: eager greedy_decode vs CompiledDecoder(mode="max-autotune") greedy and lookahead.
 
-The source of the CPU table in docs/compiled.md (logs in benchmarks/results/compiled_cpu/):
+The source of the CPU table in docs/compiled.md (logs in benchmarks/archive/compiled_cpu/):
 
     python scripts/compiled_check.py ROUNDS greedy 4/4/4 7/4/7
 """

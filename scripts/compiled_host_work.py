@@ -6,7 +6,7 @@ The runner's and the draft policy's and sources' methods are clocked by wrapping
 process (this script's instrumentation only; nested calls are counted in each of them), and
 each is reported in ms per step beside the whole step's.
 
-    python scripts/compiled_host_work.py COMPILE_DIR >> benchmarks/results/compiled_cpu/host_work.log
+    python scripts/compiled_host_work.py COMPILE_DIR >> benchmarks/archive/compiled_cpu/host_work.log
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Compiled decoding from AOTInductor packages (`compile_dir`) against `torch.compile`, on Spec-Bench prompts.
 
-The source of the package figures in docs/compiled.md (logs in benchmarks/results/compiled_cpu/).
+The source of the package figures in docs/compiled.md (logs in benchmarks/archive/compiled_cpu/).
 Each run: compile (or load) once, then decode the first prompt of each task that fits a
 512-slot cache (with 128 new tokens and a 64-token step), 128 new tokens, against eager `greedy_decode` (time ratio, identical output).
 Run with a package folder twice: the first run builds the packages, the second loads them.

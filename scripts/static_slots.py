@@ -1,7 +1,7 @@
 """Step time of a StaticRunner against its cache length: every compiled step attends over all M slots.
 
 The source of the cache-length figures in docs/compiled.md (log in
-benchmarks/results/compiled_cpu/static_slots.log); 25 steps of w tokens after 100 cached ones:
+benchmarks/archive/compiled_cpu/static_slots.log); 25 steps of w tokens after 100 cached ones:
 
     python scripts/static_slots.py none 256,512,1536 1,8
     python scripts/static_slots.py max-autotune 512,1536 1,8

@@ -9,7 +9,7 @@ the least time this machine's memory and arithmetic allow it: max(bytes read / b
 GEMM rate), both measured in the same run (`machine_roofline`). The whole step of a compiled package (``--compile-dir``: a `StaticRunner` loading the
 packages an earlier process built) is timed beside it; `scripts/compiled_breakdown.py` clocks its parts.
 
-    python scripts/step_breakdown.py --compile-dir DIR --max-length 1404 --out benchmarks/results/step_breakdown
+    python scripts/step_breakdown.py --compile-dir DIR --max-length 1404 --out benchmarks/archive/step_breakdown
 
 Every timing: medians over interleaved repeats, at 512 cached tokens, steps of 1 and 8 tokens.
 """

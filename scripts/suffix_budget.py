@@ -7,12 +7,12 @@ several budgets: (max_nodes, spec_factor, max_depth, min_prob). Prints each row'
 requests and from request 10 on, and whether every output equals greedy's. S counts tokens per
 forward pass, not time: it does not depend on the machine's load, so this runs at one thread.
 
-    python scripts/suffix_budget.py humaneval 24 > benchmarks/results/multi/suffix_budget_humaneval.log
+    python scripts/suffix_budget.py humaneval 24 > benchmarks/archive/multi/suffix_budget_humaneval.log
 
 With ``--merged`` the suffix rows are `MERGED`'s: the default budget, then proposers that grow one
 tree from every matched pattern (``merge_matches=True``) at large budgets:
 
-    python scripts/suffix_budget.py humaneval 24 --merged > benchmarks/results/multi/suffix_merged_humaneval.log
+    python scripts/suffix_budget.py humaneval 24 --merged > benchmarks/archive/multi/suffix_merged_humaneval.log
 """
 import json
 import sys

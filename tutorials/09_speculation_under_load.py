@@ -592,13 +592,14 @@ for point in points:
 # %% [markdown]
 # One read a pass and a number of torch operations that does not change with B: that is what
 # makes a batch's host work flat. The committed runs of the full benchmark (48 new tokens a row,
-# three rounds, every method) measured both designs on the same machine, the thread design at
-# the last commit that had it:
+# three rounds, every method) measured both designs on the same machine: the thread design at
+# the last commit that had it (in the archive of past runs), the tensor program in the current
+# results:
 
 # %%
-HOST_RUNS = Path("..") / "benchmarks" / "results" / "host_overhead"
-designs = {"a thread per row": HOST_RUNS / "thread_design" / "host_overhead.json",
-           "one tensor program": HOST_RUNS / "host_overhead.json"}
+BENCHMARKS = Path("..") / "benchmarks"
+designs = {"a thread per row": BENCHMARKS / "archive" / "host_overhead" / "thread_design" / "host_overhead.json",
+           "one tensor program": BENCHMARKS / "results" / "host_overhead" / "host_overhead.json"}
 runs_by_design = {name: {(p["method"], p["batch"]): p for p in json.loads(path.read_text())["points"]}
                   for name, path in designs.items()}
 METHODS = ("greedy", "prompt_lookup", "lookahead", "recycling", "adaptive")

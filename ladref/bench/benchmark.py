@@ -45,7 +45,7 @@ from .host import add_arguments as add_host_arguments
 from .leaderboard import REFERENCE_SOURCE, leaderboard, leaderboard_dicts, leaderboard_markdown, save_leaderboard_csv
 from .load import LOAD_METHODS, canonical_load_method
 from .measure import BenchSettings, run_bench
-from .methods import METHOD_ALIASES, METHODS, canonical_method, config_label
+from .methods import HF_LOOKUP_NGRAM, METHOD_ALIASES, METHODS, canonical_method, config_label
 from .multi import MULTI_METHODS, canonical_multi_method, run_multi_command
 from .multi import add_arguments as add_multi_arguments
 from .report import agreement_lines, markdown_tables, save_results, summarize
@@ -280,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
                                configs=settings.configs + (tuned,))
     meta["settings"] = {"methods": settings.methods, "configs": [config_label(c) for c in settings.configs],
                         "block_size": settings.block_size, "lookup_tokens": settings.lookup_tokens,
-                        "max_new_tokens": settings.max_new_tokens, "attention_backend": settings.attention_backend,
+                        "hf_lookup_ngram": HF_LOOKUP_NGRAM, "max_new_tokens": settings.max_new_tokens,
+                        "attention_backend": settings.attention_backend,
                         "compile_mode": settings.compile_mode, "compile_dir": settings.compile_dir}
     for dataset in datasets:
         _bench(model, tokenizer, dataset, settings, args, meta)

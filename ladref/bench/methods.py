@@ -26,7 +26,8 @@
   step: the tokens per step of every source together): the tree decoders of `ladref`;
 * ``generate``, ``generate_static``, ``hf_plookup``: transformers' ``generate()`` greedy, with a
   static cache (which transformers compiles itself on CUDA), and transformers' prompt lookup
-  (`ladref.bench.hf`), run with transformers' own attention dispatch. ``plookup`` is accepted as
+  (`ladref.bench.hf`, matching up to `HF_LOOKUP_NGRAM` tokens as ``prompt_lookup`` does), run with
+  transformers' own attention dispatch and the model's own linear layers: the plain forward pass. ``plookup`` is accepted as
   an alias of ``hf_plookup`` (`METHOD_ALIASES`).
 
 A row's label is its method name, followed by its lookahead config for the lookahead rows
@@ -61,6 +62,9 @@ METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "loo
 METHOD_ALIASES = {"plookup": "hf_plookup"}
 """Former method names still accepted (and read from results files written under them)."""
 Decoder = Callable[[torch.nn.Module, torch.Tensor, int], DecodeResult]
+HF_LOOKUP_NGRAM = 3
+"""``max_matching_ngram_size`` of the ``hf_plookup`` row: 3, as ``prompt_lookup`` matches 1- to 3-grams
+(transformers' default is 2), so the two prompt-lookup rows draft from the same n-grams."""
 SHORT_CACHE = 512
 """Slots of the compiled rows' short static cache (most Spec-Bench prompts fit in it with 128 new tokens)."""
 
@@ -205,7 +209,8 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
             run = lambda m, ids, n, c=cache_kind: generate_decode(m, ids, n, cache_implementation=c)  # noqa: E731
             rows.append(BenchMethod(method, "greedy", None, run, _longest_call(run) if cache_kind else _first_call(run)))
         elif method == "hf_plookup":
-            run = lambda m, ids, n: hf_prompt_lookup_decode(m, ids, n, prompt_lookup_num_tokens=lookup_tokens)  # noqa: E731
+            run = lambda m, ids, n: hf_prompt_lookup_decode(m, ids, n, prompt_lookup_num_tokens=lookup_tokens,  # noqa: E731
+                                                            max_matching_ngram_size=HF_LOOKUP_NGRAM)
             rows.append(BenchMethod("hf_plookup", "plookup", None, run, _first_call(run)))
         elif method == "jacobi":
             run = lambda m, ids, n: jacobi_decode(m, ids, n, block_size=block_size, attention_backend=backend)  # noqa: E731

@@ -16,7 +16,7 @@ second request holds the first turn, greedy's answer to it and the second turn),
 suffix row reports its memory's size and the host time its proposer spent per step.
 
     python -m ladref bench --multi-request mtbench --limit 15 --max-new-tokens 96 --threads 2 \\
-        --out benchmarks/results/multi --figure docs/img/multi_mtbench_cpu.png
+        --out benchmarks/archive/multi --figure docs/img/multi_mtbench_cpu.png
 """
 
 from __future__ import annotations
