@@ -26,7 +26,10 @@ def prompt_ids(facts: ModelFacts, input_ids: TokenIds) -> torch.Tensor:
         facts: the model's (its vocabulary size bounds the ids; its device is the one allowed
             besides the CPU).
         input_ids: a list of ints, a (L,) tensor or a (1, L) tensor, on the CPU or on the
-            model's device (a tensor on another accelerator is refused, not silently moved).
+            model's device (a tensor on another accelerator is refused, not silently moved). A
+            batch never gets here from the decoder functions (`ladref.rows.decode_prompts` sends it
+            to the batched step); the calls that take one prompt only (the compiled decoders,
+            ``generate(custom_generate=...)``, the transformers baselines) refuse one, naming those that take it.
 
     Returns:
         (L,) long tensor.
@@ -46,7 +49,9 @@ def prompt_ids(facts: ModelFacts, input_ids: TokenIds) -> torch.Tensor:
         raise TypeError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
     if ids.dim() == 2:
         if ids.shape[0] != 1:
-            raise ValueError(f"batch size {ids.shape[0]} > 1 is not supported; decode one prompt per call")
+            raise ValueError(f"batch size {ids.shape[0]} > 1 is not supported by this call, which decodes one prompt; "
+                             "the decoder functions (greedy_decode, lookahead_decode, draft_decode, adaptive_decode, ...) "
+                             "and AdaptiveDecoder decode a batch")
         ids = ids[0]
     if ids.dim() != 1:
         raise ValueError(f"input_ids must have shape (L,) or (1, L), got {tuple(ids.shape)}")

@@ -48,7 +48,8 @@ def decode_with_proposers(
         proposers: the draft sources.
         method: the result's `DecodeResult.method`.
         extent: the deepest draft, checked with the window's reach against the model's context
-            before any work (`ladref.proposer.step_needs`; deeper drafts are also dropped step by step).
+            before any work (`ladref.proposer.step_needs`); deeper draft nodes are cut from one
+            prompt's trees at every step (and from a batch's row-by-row proposers' trees).
         options: the shared keywords (`ladref.options.DecodeOptions`), checked by the caller.
         draft_budget: most draft tokens fed per step; None: all.
         choice: makes one prompt's `ladref.step.StepChoice` from its runner; default `DraftBudget(draft_budget)`.
@@ -66,7 +67,7 @@ def decode_with_proposers(
         chooser = chooser_for(options)
         call = DecodeCall.begin(model, prompt, new_tokens, reach, options)
         run_drafting(call.runner, call.prompt, proposers, call.sink, call.stats, chooser, call.position_limit,
-                     DraftBudget(draft_budget) if choice is None else choice(call.runner))
+                     DraftBudget(draft_budget) if choice is None else choice(call.runner), extent)
         return call.finish(method)
 
     def many(prompts: list[TokenIds], budgets: list[int], options: DecodeOptions) -> BatchResult:
@@ -100,7 +101,13 @@ def draft_decode(
         max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         proposers: a `ladref.Proposer` or a sequence of them.
         draft_budget: most draft tokens fed per step (the merged tree's first nodes); None: all.
-        max_depth: the deepest draft the proposers make, checked against the model's context.
+        max_depth: the deepest draft fed, checked with the prompt and budget against the model's
+            context before any work. A proposer may draft deeper: the nodes past `max_depth` are
+            cut from its tree at every step, so a step verifies at most `max_depth` draft tokens
+            on any path and accepts at most ``max_depth + 1`` tokens; the output is unchanged
+            (still greedy's). In a batch, a proposer run row by row (yours:
+            `ladref.batched.sources.rows.RowProposers`) is cut the same way; ladref's own sources
+            run in their tensor forms at their own depth. 0: no drafts.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
             ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 

@@ -29,7 +29,9 @@ class InputOptions(TypedDict, total=False):
 
     Attributes:
         attention_mask: (B, L) of 1 (a token) and 0 (padding, on the left or the right of each row)
-            for a (B, L) tensor of prompts (`ladref.rows.batch_prompts`); a list of prompts needs none.
+            for a (B, L) tensor of prompts (`ladref.rows.batch_prompts`), or of the prompt's shape for
+            one (L,) or (1, L) prompt, which is then decoded without its padding (`ladref.rows.one_prompt`);
+            a list of prompts needs none.
     """
 
     attention_mask: torch.Tensor | None
@@ -104,10 +106,14 @@ def accept(caller: str, options: Mapping[str, object], allowed: type) -> Mapping
     """`options` if every keyword in it is one of `allowed`'s (a TypedDict above), else a clear error.
 
     Raises:
-        TypeError: ``<caller>() got an unexpected keyword argument '<name>'`` (Python's own words).
+        TypeError: ``<caller>() got an unexpected keyword argument '<name>'`` (Python's own words);
+            for ``max_length``, a pointer to ``max_new_tokens`` (ladref counts new tokens only).
     """
     known = allowed.__required_keys__ | allowed.__optional_keys__
     for name in options:
+        if name == "max_length" and name not in known:
+            raise TypeError(f"{caller}() takes max_new_tokens, not max_length: ladref counts the new tokens only, "
+                            "as generate()'s max_new_tokens does, never prompt + new tokens; pass max_new_tokens=<n>")
         if name not in known:
             raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
     return options

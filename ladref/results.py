@@ -116,7 +116,16 @@ class BatchResult:
     """Output of a decoder given a batch of prompts: one `DecodeResult` per row, in the batch's order.
 
     It reads as the list of its rows (``len``, indexing, iteration); each row has its own tokens,
-    text and stats (its steps are the passes it took part in).
+    text and stats (its steps are the passes it took part in). The batch's statistics are read
+    from its rows, under the names `DecodeStats` uses for one call:
+
+    * `new_tokens`: tokens generated over the batch;
+    * `steps`: the most steps a row took (the passes, less the pass caching the prompts when one ran);
+    * `compression`: S over the batch, tokens accepted per step of a row (every row's new
+      tokens over every row's steps: 1 for greedy decoding);
+    * `mean_forward_tokens`: tokens a row fed per step, over every row's steps;
+    * `wall_time_s`: seconds from the call's start to its last row's stop (0 if none recorded);
+    * `tokens_per_second`: `new_tokens` over `wall_time_s` (0 without a time).
 
     Attributes:
         rows: the rows' results.
@@ -141,6 +150,39 @@ class BatchResult:
         """Tokens generated over the batch."""
         return sum(len(row.token_ids) for row in self.rows)
 
+    @property
+    def steps(self) -> int:
+        """The most steps a row took (each step of a row is one of the batch's passes)."""
+        return max((row.stats.steps for row in self.rows), default=0)
+
+    @property
+    def compression(self) -> float:
+        """S over the batch: tokens accepted per step of a row (new tokens over every row's steps)."""
+        steps = sum(row.stats.steps for row in self.rows)
+        return sum(row.stats.new_tokens for row in self.rows) / steps if steps else 0.0
+
+    @property
+    def mean_forward_tokens(self) -> float:
+        """Mean tokens a row fed per step, over every row's steps (1 for greedy decoding)."""
+        steps = sum(row.stats.steps for row in self.rows)
+        return sum(sum(row.stats.forward_tokens_per_step) for row in self.rows) / steps if steps else 0.0
+
+    @property
+    def wall_time_s(self) -> float:
+        """Seconds from the call's start to its last row's stop (each row's time runs to its own stop)."""
+        return max((row.stats.wall_time_s for row in self.rows), default=0.0)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens generated over the batch per second of the call (0 without a recorded time)."""
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    def summary(self) -> str:
+        """One readable line: "<B> rows: <new_tokens> new tokens in <passes> passes (S = <compression>),
+        <tokens_per_second> tokens/s, <wall_time_s> s"."""
+        return (f"{len(self.rows)} rows: {self.new_tokens} new tokens in {self.passes} passes (S = {self.compression:.2f}), "
+                f"{self.tokens_per_second:.1f} tokens/s, {self.wall_time_s:.2f} s")
+
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -150,5 +192,8 @@ class BatchResult:
     def __iter__(self):
         return iter(self.rows)
 
+    def __str__(self) -> str:
+        return self.summary()
+
     def __repr__(self) -> str:
-        return f"BatchResult({len(self.rows)} rows, {self.new_tokens} new tokens in {self.passes} passes)"
+        return f"BatchResult({self.summary()})"

@@ -159,6 +159,7 @@ def run_drafting(
     chooser: Chooser | None = None,
     position_limit: int | None = None,
     choice: StepChoice | None = None,
+    max_depth: int | None = None,
 ) -> None:
     """Prefill, then run draft steps until `sink` is done (every tree decoder's loop). The prefill is
     deferred: the prompt but its last token runs in the first step's pass, before the step's tokens.
@@ -172,6 +173,8 @@ def run_drafting(
         chooser: None for greedy decoding.
         position_limit: the model's context length; drafts that would pass it are dropped.
         choice: what each step feeds; default `DraftBudget()`, every proposed node and the window.
+        max_depth: the deepest draft node fed (deeper nodes are cut from every proposer's tree, as
+            the batched step cuts them); None: as deep as the proposers draft.
     """
     choice = DraftBudget() if choice is None else choice
     may_draft = getattr(choice, "may_draft", None)  # optional (`StepChoice`)
@@ -186,8 +189,10 @@ def run_drafting(
     current = runner.prefill(prompt, stats, defer=True)  # the prompt is cached in the first step's pass
     while True:
         start, kv = time.perf_counter(), runner.past_len
-        if position_limit is not None:
-            trees = [tree.within_depth(position_limit - 1 - kv) for tree in trees]
+        depth = None if position_limit is None else position_limit - 1 - kv
+        depth = depth if max_depth is None else max_depth if depth is None else min(depth, max_depth)
+        if depth is not None:
+            trees = [tree.within_depth(depth) for tree in trees]
         tree, feed_window = choice.choose(trees, evidence, kv, cells)  # what this step feeds
         outcome = draft_step(runner, current, tree, needs.window if feed_window else None, chooser, context, needs.topk)  # 2-5
         stats.record_step(sink.extend(outcome.tokens), outcome.fed, outcome.window_tokens, tree, outcome.path)

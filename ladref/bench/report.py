@@ -210,7 +210,8 @@ def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
         dataset = DATASET_ALIASES.get(meta.get("dataset", path.stem), meta.get("dataset", path.stem))
         tables[dataset] = rows
         if len(tables) == 1:
-            lines += [f"Measured on **{meta.get('machine', '?')}**, {meta.get('dtype', '?')}, torch {meta.get('torch', '?')}, "
+            at = f" at commit `{meta['git_commit'][:7]}{meta['git_commit'][40:]}`" if meta.get("git_commit") else ""
+            lines += [f"Measured{at} on **{meta.get('machine', '?')}**, {meta.get('dtype', '?')}, torch {meta.get('torch', '?')}, "
                       f"transformers {meta.get('transformers', '?')}; command: `{meta.get('command', '?')}`.", ""]
         if meta.get("setup_s"):
             setup.append(f"{dataset}: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["setup_s"].items()))
