@@ -15,10 +15,13 @@ then renders. Past runs, A/B experiments and logs are in ``benchmarks/archive/``
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +63,22 @@ def dirty() -> bool:
     return bool(status.stdout.strip())
 
 
+def run_demo(out: Path) -> None:
+    """``python -m ladref demo`` into ``out/demo.txt``, its wall time, load and stamp into ``out/demo.json``."""
+    import torch  # noqa: PLC0415 - only the demo's stamp needs them here
+    import transformers  # noqa: PLC0415
+
+    from ladref.bench.runinfo import git_commit, machine  # noqa: PLC0415
+
+    load, start = os.getloadavg()[0], time.perf_counter()
+    demo = subprocess.run([sys.executable, "-m", "ladref", "demo"], cwd=ROOT, capture_output=True, text=True, check=True)
+    (out / "demo.txt").write_text(demo.stdout, encoding="utf-8")
+    meta = {"command": "python -m ladref demo", "device": "cpu", "machine": machine(torch.device("cpu")),
+            "dtype": "float32", "torch": torch.__version__, "transformers": transformers.__version__,
+            "git_commit": git_commit(), "wall_s": round(time.perf_counter() - start, 1), "load_average_before": load}
+    (out / "demo.json").write_text(json.dumps({"meta": meta}, indent=1) + "\n", encoding="utf-8")
+
+
 def run(names: list[str]) -> int:
     """Run the named benchmarks (all when none), each into its emptied folder, then render."""
     unknown = [n for n in names if n not in STAGES and n != "demo"]
@@ -77,8 +96,7 @@ def run(names: list[str]) -> int:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             if name == "demo":
-                demo = subprocess.run([sys.executable, "-m", "ladref", "demo"], cwd=ROOT, capture_output=True, text=True)
-                (out / "quiet.txt").write_text(demo.stdout, encoding="utf-8")
+                run_demo(out)
                 continue
             print("+", " ".join(command(name, out, Path(scratch))[1:]), flush=True)
             subprocess.run(command(name, out, Path(scratch)), cwd=ROOT, check=True)
