@@ -2,7 +2,7 @@
 command at a committed checkout, and the tables the docs and README show, generated from them.
 
 Usage:
-    python benchmarks/current.py run                  # every benchmark, in order (about 75 min on 2 cores)
+    python benchmarks/current.py run                  # every benchmark, in order (about 80 min on 2 cores)
     python benchmarks/current.py run specbench load   # some of them
     python benchmarks/current.py render               # each folder's summary.md, the headline block, README's copy
     python benchmarks/current.py check                # exit 1 where a generated file differs from what the
@@ -31,16 +31,16 @@ BENCH = [sys.executable, "-m", "ladref", "bench", "--no-progress"]
 # benchmark -> (minutes on a quiet 2-core CPU, the command's arguments after `python -m ladref bench`)
 STAGES: dict[str, tuple[int, list[str]]] = {
     "host_overhead": (3, ["--host-overhead", "--batch", "1,4,16"]),
-    "tasks": (9, ["--dataset", "humaneval,mtbench,gsm8k", "--limit", "4", "--max-new-tokens", "96", "--threads", "2",
-                  "--method", "generate,hf_plookup,prompt_lookup,jacobi,lookahead", "--config", "4/4/4"]),
-    "specbench": (25, ["--dataset", "specbench", "--limit", "3", "--max-new-tokens", "128", "--threads", "2",
-                       "--method", "generate,hf_plookup,prompt_lookup,prompt_lookup_rule,jacobi,lookahead,recycling,"
-                       "recycling_warm,suffix,adaptive", "--config", "4/4/4"]),
-    "load": (10, ["--dataset", "specbench", "--limit", "2", "--batch", "1,4,16", "--method", "greedy,adaptive",
-                  "--max-new-tokens", "64", "--lookup-tokens", "4", "--threads", "2"]),
-    "multi": (8, ["--multi-request", "humaneval", "--limit", "8", "--max-new-tokens", "96", "--threads", "2"]),
+    "tasks": (21, ["--dataset", "humaneval,mtbench,gsm8k", "--limit", "4", "--max-new-tokens", "96", "--threads", "2",
+                   "--method", "generate,hf_plookup,prompt_lookup,jacobi,lookahead", "--config", "4/4/4"]),
+    "specbench": (18, ["--dataset", "specbench", "--limit", "2", "--max-new-tokens", "96", "--threads", "2",
+                       "--method", "generate,hf_plookup,prompt_lookup,jacobi,lookahead,recycling_warm,suffix,adaptive",
+                       "--config", "4/4/4"]),
+    "load": (8, ["--dataset", "specbench", "--limit", "2", "--batch", "1,4,12", "--method", "greedy,adaptive",
+                 "--max-new-tokens", "64", "--lookup-tokens", "4", "--threads", "2"]),
+    "multi": (7, ["--multi-request", "humaneval", "--limit", "6", "--max-new-tokens", "96", "--threads", "2"]),
     "cost": (4, ["--cost", "--threads", "2", "--repeats", "5", "--kv-lengths", "128,1024"]),
-    "compiled": (16, ["--dataset", "specbench", "--limit", "1", "--max-new-tokens", "128", "--threads", "2",
+    "compiled": (14, ["--dataset", "specbench", "--limit", "1", "--max-new-tokens", "96", "--threads", "2",
                       "--method", "generate,compiled_greedy,compiled_adaptive"]),
 }
 DEMO_MINUTES = 2
