@@ -4,7 +4,8 @@ prompt-lookup baseline. It builds on the core (`ladref`); the core never imports
     python -m ladref demo                      # greedy vs lookahead on the embedded model
     python -m ladref bench --dataset gsm8k     # the benchmark (ladref.bench.benchmark)
 
-Modules: `cli` (the ``python -m ladref`` dispatcher), `demo`, `benchmark` (the bench command),
+Modules: `cli` (the ``python -m ladref`` dispatcher), `demo` (with `demo_rounds`, its timing, and
+`demo_verdict`, what it concludes), `benchmark` (the bench command),
 `measure` (run decoders interleaved), `report` (tables and files), `autotune`, `scaling`,
 `flops`, `agreement` (outputs against generate and greedy), `hf` (transformers' generate and prompt
 lookup as a peer decoder), `datasets` (HumanEval, MT-bench, GSM8K and Spec-Bench prompts, offline),

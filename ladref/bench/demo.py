@@ -1,21 +1,28 @@
 """``python -m ladref demo``: greedy, lookahead and adaptive decoding on the embedded SmolLM2 model.
 
-Takes this machine's step-cost curve t(q, kv) where `adaptive_decode` takes it (the user's cost
-cache: measured on the first run, read on every later one), decodes one prompt three ways,
-interleaved over a few rounds after a warm-up (the fastest round of each counts), and explains
-what it measured: the output (identical), how many tokens each lookahead step accepted (a
-histogram), the compression S, the FLOPs spent, the time ratios against what the cost curve
-predicts, what the lookahead ratio means on this hardware (the cost of one wide step against
-one narrow step), and why adaptive decoding fed what it fed. When a measured time disagrees
-with its prediction by more than 1.5x the machine was busy, and the demo says so instead of
-giving a verdict. The GPU figures committed in ``benchmarks/results_gpu`` are quoted when they
-exist.
+First a probe (`ladref.bench.demo_rounds`): a few one-token greedy steps, timed, say whether this
+machine is steady now, and say so on screen at once when it is busy (where other processes hold
+the cores, it goes on with fewer torch threads: a thread waiting for a core holds up every step).
+Then this machine's step-cost curve t(q, kv), where `adaptive_decode` takes it (the user's cost
+cache: measured on the first run on a steady machine, read on every later one; a busy machine
+without one measures a small curve for this run only, never kept). Then it decodes one prompt
+three ways, interleaved over at most `--repeats` rounds after a warm-up, and stops once two
+rounds' speed-ups agree within 5%, or before the demo's time limit: about 2 minutes on a steady
+machine (a first run, which measures the curve, decodes fewer tokens to keep it), under 5 on a
+busy one, where it also decodes fewer tokens. It explains what it measured: the output
+(identical), how many tokens each lookahead step accepted, the compression S, the FLOPs spent,
+the fastest round's times against what the cost curve predicts, the speed-up of every round, what
+the lookahead ratio means on this hardware, and why adaptive decoding fed what it fed
+(`ladref.bench.demo_verdict`). It gives no speed verdict from one round, from rounds whose
+speed-ups spread more than 10%, or from times more than 1.5x off their prediction, and qualifies
+one measured on a machine the probe found busy. It ends with where the repository's GPU results are.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,30 +30,38 @@ from pathlib import Path
 import torch
 
 from ..config import LookaheadConfig
-from ..fast.adaptive import AdaptiveDecoder
-from ..fast.cost import CostModel
+from ..fast.adaptive import AdaptiveDecoder, kv_lengths_for
+from ..fast.cost import CostModel, default_widths
 from ..fast.cost_cache import CostCache
 from ..fast.policy import DraftPolicy
 from ..greedy import greedy_decode
 from ..models import chat_ids, load_default_model
 from ..results import DecodeResult
+from ..runner import ModelRunner
 from ..sources.lookahead import lookahead_decode
+from .demo_rounds import BUSY_LIMIT_S, DEFAULT_TOKENS, QUIET_LIMIT_S, Decode, Probe, Rounds, StepTimes, busy_now, plan_tokens
+from .demo_rounds import probe, steadiness, thread_fit, timed_rounds
+from .demo_verdict import adaptive_reasons, agreement, predicted_seconds, verdict, withheld
 from .flops import ModelShape, decode_flops
 
 DEFAULT_PROMPT = "Write a Python class for a stack with push, pop and peek methods."
 CPU_CONFIG = LookaheadConfig(window_size=4, ngram_size=4, max_candidates=4)
-AGREE = 1.5  # a measured time further than this factor from its prediction: the machine was busy
 GPU_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results_gpu"
+GPU_DOCS = "docs/gpu.md and benchmarks/results_gpu/summary.md"
+FIRST_GRACE_S = 20.0  # on a busy machine the first round may run this far past the time limit, no further
+BUSY_WIDTHS = (1, 2, 4, 8, 16, 32)  # the curve measured for one run on a busy machine, at one KV length
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the demo subcommand."""
     parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message (sent through the chat template)")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="tokens to generate (default 64, fewer on a busy or slow machine to keep the time limit)")
     parser.add_argument("--window", type=int, default=CPU_CONFIG.window_size, help="W, lookahead window size")
     parser.add_argument("--ngram", type=int, default=CPU_CONFIG.ngram_size, help="N, n-gram size")
     parser.add_argument("--candidates", type=int, default=CPU_CONFIG.max_candidates, help="G, candidates verified per step")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds; the fastest of each counts (default 3)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved timed rounds at most; two that agree within 5%% end them (default 3)")
     parser.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
 
 
@@ -58,62 +73,21 @@ def histogram(result: DecodeResult, width: int = 40) -> str:
                      for k, n in sorted(counts.items()))
 
 
-def gpu_expectation(config: LookaheadConfig) -> str:
-    """One line on what a GPU gives, from the committed GPU benchmark if there is one."""
-    rows = []
-    for path in sorted(GPU_RESULTS.glob("*.json")):
+def gpu_expectation(results: Path = GPU_RESULTS) -> str:
+    """One line on what a GPU gives, quoting the lookahead rows of the GPU runs in `results` when they are there."""
+    line = ("on a GPU: a step of 1 or of a few hundred tokens costs about the same there (kernel launches, not "
+            "arithmetic, set its time), so expect close to S-fold")
+    rows, machines = [], set()
+    for path in sorted(results.glob("*.json")):
         payload = json.loads(path.read_text())
         for s in payload.get("summary", []):
             if s["method"].startswith("lookahead"):
                 rows.append(f"{payload['meta'].get('dataset', path.stem)} {s['method']}: S={s['compression']:.2f}, "
                             f"{s['speedup']:.2f}x greedy")
+                machines.add(payload["meta"].get("machine", "a GPU"))
     if rows:
-        return f"on a GPU ({GPU_RESULTS.name}, committed): " + "; ".join(rows[:3])
-    return ("on a GPU: a step of 1 or of a few hundred tokens costs about the same there (kernel launches, not "
-            "arithmetic, set its time), so expect close to S-fold; no GPU results are committed yet "
-            "(benchmarks/run_gpu.sh makes them)")
-
-
-def predicted_seconds(result: DecodeResult, cost: CostModel, prompt_tokens: int) -> float:
-    """What `cost` says the call should take: the prefill, then each step's width at its KV length."""
-    kv = prompt_tokens - 1  # the prefill caches the prompt but its last token, which the first step feeds
-    seconds = cost.time(min(kv, cost.max_width), 0) if kv else 0.0
-    for fed, accepted in zip(result.stats.forward_tokens_per_step, result.stats.accepted_per_step):
-        seconds += cost.time(min(fed, cost.max_width), kv)
-        kv += accepted
-    return seconds
-
-
-def agreement(measured: dict[str, float], predicted: dict[str, float]) -> str | None:
-    """None when every measured time and speed-up is within `AGREE` of its prediction; else why not."""
-    off = [f"{name} {measured[name]:.2f} s against {predicted[name]:.2f} s predicted" for name in measured
-           if not 1 / AGREE <= measured[name] / predicted[name] <= AGREE]
-    base = measured["greedy"] / predicted["greedy"]
-    off += [f"{name}'s speed-up {measured['greedy'] / measured[name]:.2f}x against {predicted['greedy'] / predicted[name]:.2f}x"
-            for name in measured if not 1 / AGREE <= (measured[name] / predicted[name]) / base <= AGREE]
-    return "; ".join(off) or None
-
-
-def verdict(model, result: DecodeResult, cost: CostModel, measured: float, predicted: float, kv: float) -> str:
-    """What the time ratio means here: S against the cost of a wide step in narrow steps at KV
-    length `kv`, then the `measured` speed-up of lookahead over greedy (which decides the last
-    sentence) beside the one the cost curve `predicted` for these very steps."""
-    q = min(round(result.stats.mean_forward_tokens), cost.max_width)
-    ratio, s = cost.relative(q, kv), result.stats.compression
-    line = (f"on this {model.device.type.upper()}: a {q}-token step costs {ratio:.1f} one-token steps "
-            f"(t({q}) = {1e3 * cost.time(q, kv):.0f} ms, t(1) = {1e3 * cost.time(1, kv):.0f} ms), so lookahead wins only "
-            f"where S > {ratio:.1f}; with S = {s:.2f} expect about {s / ratio:.2f}x (the curve, step by step: {predicted:.2f}x).")
-    if measured < 1:
-        return line + f" Measured: {measured:.2f}x, so here fixed-width lookahead is slower than greedy decoding."
-    return line + f" Measured: {measured:.2f}x, so here lookahead decoding pays off."
-
-
-def busy_notice(why: str, cache: CostCache) -> str:
-    """What to trust when the timings disagree with the cost curve."""
-    return (f"no speed verdict: the timings disagree with this machine's cost curve by more than {AGREE}x ({why}), so the "
-            f"machine was busy while they ran or while the curve was measured. Trust what load cannot change: the "
-            f"identical output, S and the tokens fed per step; rerun on an idle machine for the times (if it is idle now, "
-            f"the stored curve was measured busy: delete {cache.path} and it is measured again).")
+        return line + f"; the repository's GPU runs ({', '.join(sorted(machines))}; {GPU_DOCS}): " + "; ".join(rows[:3])
+    return line + f"; the repository's GPU runs, and what they measured: {GPU_DOCS}"
 
 
 def budget_note(result: DecodeResult, max_new_tokens: int, eos: int | None) -> str:
@@ -124,91 +98,136 @@ def budget_note(result: DecodeResult, max_new_tokens: int, eos: int | None) -> s
     return f"[... the {max_new_tokens}-token budget ended the text here; --max-new-tokens N for more]\n"
 
 
-def adaptive_reasons(cost: CostModel, policy: DraftPolicy, result: DecodeResult, kv: float) -> str:
-    """Two lines: the cost curve it weighed (at KV length `kv`), and the acceptance `policy` learned
-    in the call that gave `result` (and what it then fed)."""
-    stats = result.stats
-    widths = [q for q in (2, 4, 8, 16, 32) if q <= cost.max_width]
-    curve = ", ".join(f"t({q}) = {cost.relative(q, kv):.1f}" for q in widths)
-    counts: dict[str, list[float]] = {}  # source -> [accepted, checked] of first draft tokens, every grade of evidence
-    for (source, _, depth, rank), rate in policy.rates.items():
-        if depth == 1 and rank == 0:
-            seen = counts.setdefault(source, [0.0, 0.0])
-            seen[0] += rate.accepted - policy.settings.prior[0]
-            seen[1] += rate.reached - policy.settings.prior[1]
-    rates = {s: f"{s} {a / n:.0%} of {int(n)} checks" for s, (a, n) in counts.items() if n}
-    drafted = sum(d > 0 for d in stats.draft_tokens_per_step)
-    windowed = sum(w > 0 for w in stats.window_tokens_per_step)
-    return (f"  cost here, in one-token steps: {curve}: a draft pays only if it carries about {cost.relative(widths[0], kv) - 1:.1f}"
-            f" more accepted tokens than none\n"
-            f"  acceptance of each source's first draft token, checked on every step: {'; '.join(rates.values()) or 'none yet'}; "
-            f"so it drafted on {drafted} of {stats.steps} steps (the window on {windowed}), {stats.mean_forward_tokens:.1f} tokens per step")
+def adaptive_decoder(model, busy: bool, kv: int) -> tuple[AdaptiveDecoder, str]:
+    """What `adaptive_decode(model, ...)` builds (the user's cost cache, read or measured and kept), and how
+    its curve came; on a `busy` machine without a stored curve, a small one at KV length `kv`, for this run only."""
+    cache, start = CostCache.default(), time.perf_counter()
+    runner = ModelRunner(model)
+    if busy and cache.key(model, runner, default_widths(runner.device), kv_lengths_for(model)) not in cache.models:
+        cost = CostModel.measure(model, BUSY_WIDTHS, (kv,), repeats=3)
+        return (AdaptiveDecoder(model, cost=cost, calibrate=True),
+                f"measured now in {time.perf_counter() - start:.1f} s, widths {BUSY_WIDTHS[0]}-{BUSY_WIDTHS[-1]} at KV length "
+                f"{kv}, for this run only (a curve measured on a busy machine is not kept in {cache.path})")
+    known = len(cache)
+    decoder = AdaptiveDecoder(model, cache=cache)
+    return decoder, f"{'measured now' if len(cache) > known else 'read'} in {time.perf_counter() - start:.1f} s ({cache.path})"
 
 
-def timed_rounds(decoders: dict, prompt, max_new_tokens: int, repeats: int, tokenizer) -> dict[str, DecodeResult]:
-    """Each decoder once untimed (warm-up), then `repeats` interleaved rounds; the fastest call of each."""
-    for decode in decoders.values():
-        decode(prompt, 8, None)
-    best: dict[str, DecodeResult] = {}
-    for r in range(repeats):
-        print(f"  round {r + 1}/{repeats}:", end="", flush=True)
-        for name, decode in decoders.items():
-            result = decode(prompt, max_new_tokens, tokenizer)
-            print(f" {name} {result.stats.wall_time_s:.1f} s", end=";" if name != "adaptive" else "\n", flush=True)
-            if name not in best or result.stats.wall_time_s < best[name].stats.wall_time_s:
-                best[name] = result
-    return best
+def probe_machine(model, greedy: Decode, prompt: torch.Tensor) -> tuple[Probe, list[str]]:
+    """Step 1: the probe, said at once; on a CPU whose threads waited for cores, fewer threads from then on
+    (`thread_fit`), probed again. The probe to plan with, and why the machine looks busy (the first probe's reasons)."""
+    cpu = model.device.type == "cpu"
+    print("[1/3] is this machine steady now? up to 16 one-token greedy steps (8 s at most), timed ...", end=" ", flush=True)
+    found = probe(greedy, prompt, threads=torch.get_num_threads() if cpu else None)
+    why = found.busy(None)
+    print(steadiness(found, why, model.device), flush=True)
+    fewer = thread_fit(found, torch.get_num_threads())
+    if cpu and fewer < torch.get_num_threads():
+        torch.set_num_threads(fewer)
+        print(f"  a thread that waits for a core holds up every step, so the demo goes on with {fewer} torch "
+              f"thread{'s' if fewer > 1 else ''}; probed again ...", end=" ", flush=True)
+        found = probe(greedy, prompt, threads=fewer)
+        print(steadiness(found, found.busy(None), model.device), flush=True)
+    return found, why
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the model, decode the prompt three ways, explain the comparison; 0 when outputs match."""
+    """Load the model, probe the machine, decode the prompt three ways, explain the comparison; 0 when outputs match.
+    The torch thread count is restored at the end (the probe may lower it on a busy CPU)."""
     config = LookaheadConfig(window_size=args.window, ngram_size=args.ngram, max_candidates=args.candidates)
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise SystemExit(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    start, threads = time.perf_counter(), torch.get_num_threads()
     model, tokenizer = load_default_model(device=args.device)
     prompt = chat_ids(tokenizer, args.prompt)
-    print(f"model: SmolLM2-135M-Instruct on {model.device} ({model.dtype}), torch threads: {torch.get_num_threads()}")
+    print(f"model: SmolLM2-135M-Instruct on {model.device} ({model.dtype}), torch threads: {threads}")
     print(f"prompt: {args.prompt!r} ({prompt.shape[1]} tokens); lookahead W={config.window_size} N={config.ngram_size} "
           f"G={config.max_candidates}: up to {config.max_step_tokens()} tokens per step", flush=True)
-    print("[1/2] this machine's step cost t(q, kv), where adaptive_decode keeps it ...", end=" ", flush=True)
-    cache, start = CostCache.default(), time.perf_counter()
-    known = len(cache)
-    decoder = AdaptiveDecoder(model, cache=cache)  # what adaptive_decode(model, ...) builds: the default cache
-    cost, how = decoder.cost, "measured now" if len(cache) > known else "read"
-    print(f"{how} in {time.perf_counter() - start:.1f} s ({cache.path})")
-    print(f"[2/2] greedy, lookahead and adaptive decoding, a warm-up then {args.repeats} interleaved rounds", flush=True)
+    try:
+        return compare(args, config, model, tokenizer, prompt, start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def compare(args: argparse.Namespace, config: LookaheadConfig, model, tokenizer, prompt: torch.Tensor, start: float) -> int:
+    """Steps 1 to 3 (probe, cost curve, interleaved rounds) and the explanation, within the time limit counted from `start`."""
+    runs = {"greedy": lambda ids, n, tok, out: greedy_decode(model, ids, n, tokenizer=tok, streamer=out),
+            "lookahead": lambda ids, n, tok, out: lookahead_decode(model, ids, n, config=config, tokenizer=tok, streamer=out)}
+    found, why = probe_machine(model, runs["greedy"], prompt)
+    print("[2/3] this machine's step cost t(q, kv), where adaptive_decode keeps it ...", end=" ", flush=True)
+    decoder, how = adaptive_decoder(model, bool(why), 128)
+    print(how, flush=True)
+    expected = decoder.cost.time(1, prompt.shape[1])
+    busy = list(dict.fromkeys(why + found.busy(expected)))
+    if decoder.cost_cache is not None and found.step_s < expected / 1.5:
+        print(f"a one-token step took {1e3 * found.step_s:.0f} ms now against {1e3 * expected:.0f} ms in the cost curve: it was "
+              f"measured while the machine was busy, so the times below will disagree with it (delete {decoder.cost_cache.path} "
+              "and the next run measures it again)")
+    deadline = start + (BUSY_LIMIT_S if busy else QUIET_LIMIT_S)
+    tokens = plan_tokens(args.max_new_tokens, bool(busy), found.step_s, deadline - time.perf_counter())
+    repeats = min(args.repeats, 2) if busy else args.repeats
+    if busy:
+        print(busy_now(busy, tokens, repeats), flush=True)
+    elif tokens < DEFAULT_TOKENS and args.max_new_tokens is None:
+        print(f"{tokens} tokens rather than {DEFAULT_TOKENS}, to end within about {QUIET_LIMIT_S / 60:.0f} minutes "
+              f"({time.perf_counter() - start:.0f} s are gone{', most to the curve, measured once' if 'measured now' in how else ''})")
     learned: dict[int, DraftPolicy] = {}  # id(result) -> the policy of the adaptive call that returned it
 
-    def adaptive(ids, n, tok):
-        result = decoder(ids, n, tokenizer=tok)
+    def adaptive(ids, n, tok, out):
+        result = decoder(ids, n, tokenizer=tok, streamer=out)
         learned[id(result)] = decoder.policy  # a fresh policy per call: what this call learned
         return result
 
-    runs = {"greedy": lambda ids, n, tok: greedy_decode(model, ids, n, tokenizer=tok),
-            "lookahead": lambda ids, n, tok: lookahead_decode(model, ids, n, config=config, tokenizer=tok),
-            "adaptive": adaptive}
-    best = timed_rounds(runs, prompt, args.max_new_tokens, args.repeats, tokenizer)
+    runs["adaptive"] = adaptive
+    print(f"[3/3] greedy, lookahead and adaptive decoding, {tokens} tokens each: a warm-up, then at most {repeats} "
+          "interleaved rounds", flush=True)
+    for name in ("lookahead", "adaptive"):  # greedy's warm-up was the probe
+        runs[name](prompt, 8, None, StepTimes())
+    rounds = timed_rounds(runs, prompt, tokens, repeats, deadline, tokenizer=tokenizer,
+                          first_deadline=start + BUSY_LIMIT_S + FIRST_GRACE_S if busy else math.inf)
+    print(f"  rounds end: {rounds.stop} (the demo ran {time.perf_counter() - start:.0f} s so far)")
+    if not rounds.times:
+        print(f"this machine is too busy for the demo now: not even one round ended within {BUSY_LIMIT_S + FIRST_GRACE_S:.0f} s; "
+              "rerun it when the machine is idle.")
+        return 0
+    return explain(model, tokenizer, config, prompt, rounds, decoder, learned, tokens, busy)
+
+
+def explain(model, tokenizer, config: LookaheadConfig, prompt: torch.Tensor, rounds: Rounds, decoder: AdaptiveDecoder,
+            learned: dict[int, DraftPolicy], tokens: int, busy: list[str]) -> int:
+    """Print what the fastest round measured and what it means; 0 when the three outputs are identical."""
+    fastest = rounds.fastest()
+    best, cost = rounds.results[fastest], decoder.cost
     greedy, lookahead, adapted = best["greedy"], best["lookahead"], best["adaptive"]
-    same = greedy.token_ids == lookahead.token_ids == adapted.token_ids
+    same = all(r["greedy"].token_ids == r["lookahead"].token_ids == r["adaptive"].token_ids for r in rounds.results)
     shape, g, s = ModelShape.from_model(model), greedy.stats, lookahead.stats
     flops = decode_flops(shape, s, "lookahead", config).decode / decode_flops(shape, g, "greedy").decode
     print(f"\n--- output ({s.new_tokens} tokens; identical to greedy decoding: {'yes' if same else 'NO'}) ---\n{lookahead.text}")
-    print(budget_note(lookahead, args.max_new_tokens, tokenizer.eos_token_id))
+    print(budget_note(lookahead, tokens, tokenizer.eos_token_id))
     print(f"tokens accepted per lookahead step:\n{histogram(lookahead)}")
     print(f"compression S = {s.compression:.2f} tokens per step: {s.steps} steps instead of greedy's {g.steps}")
     print(f"FLOPs: lookahead computed {flops:.1f}x greedy's FLOPs for the same tokens ({s.mean_forward_tokens:.1f} tokens per step)")
     measured = {name: r.stats.wall_time_s for name, r in best.items()}
     predicted = {name: predicted_seconds(r, cost, prompt.shape[1]) for name, r in best.items()}
-    print("time (fastest round): " + ", ".join(f"{name} {measured[name]:.2f} s (curve: {predicted[name]:.2f} s)" for name in best)
+    print(f"time (round {fastest + 1}, the fastest): " + ", ".join(f"{name} {measured[name]:.2f} s (curve: {predicted[name]:.2f} s)"
+                                                                 for name in best)
           + f": lookahead {g.wall_time_s / s.wall_time_s:.2f}x and adaptive {g.wall_time_s / adapted.stats.wall_time_s:.2f}x "
           "greedy's speed")
-    why = agreement(measured, predicted)
-    if why is None:
-        print(verdict(model, lookahead, cost, g.wall_time_s / s.wall_time_s, predicted["greedy"] / predicted["lookahead"],
-                      prompt.shape[1] + s.new_tokens / 2))
+    if len(rounds.times) > 1:
+        print("speed-up in each round: " + "; ".join(f"{name} " + ", ".join(f"{x:.2f}x" for x in rounds.ratios(name))
+                                                     for name in ("lookahead", "adaptive"))
+              + f" (they differ by up to {rounds.spread() - 1:.0%})")
+    why = withheld(rounds, agreement(measured, predicted), None if decoder.cost_cache is None else decoder.cost_cache.path)
+    if why is not None:
+        print(why)
     else:
-        print(busy_notice(why, cache))
+        line = verdict(model, lookahead, cost, g.wall_time_s / s.wall_time_s, predicted["greedy"] / predicted["lookahead"],
+                       prompt.shape[1] + s.new_tokens / 2)
+        print(("the probe found this machine busy, but the rounds held steady and matched the cost curve, so take "
+               "this as likely, not settled: " if busy else "") + line)
     print(f"adaptive decoding: S = {adapted.stats.compression:.2f}; why it fed what it fed:")
     print(adaptive_reasons(cost, learned[id(adapted)], adapted, prompt.shape[1] + adapted.stats.new_tokens / 2))
-    print(gpu_expectation(config))
+    print(gpu_expectation())
     return 0 if same else 1
