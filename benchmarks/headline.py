@@ -170,13 +170,14 @@ def _identical_points(points: list[dict]) -> str:
 
 def render_all(results: Path, root: Path) -> int:
     """Write every summary.md, headline.md and README's block; 0."""
-    for name, text in summaries(results).items():
+    texts = summaries(results)
+    for name, text in texts.items():
         (results / name / "summary.md").write_text(text, encoding="utf-8")
     (results / "headline.md").write_text(headline(results), encoding="utf-8")
     readme, text = root / "README.md", headline(results, readme=True)
     readme.write_text(README_BLOCK.sub(lambda m: m.group(1) + text + m.group(3), readme.read_text(encoding="utf-8")),
                       encoding="utf-8")
-    print(f"wrote {', '.join(sorted(summaries(results)))} summaries, headline.md and README's block")
+    print(f"wrote {', '.join(sorted(texts))} summaries, headline.md and README's block")
     return 0
 
 

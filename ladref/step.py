@@ -189,10 +189,9 @@ def run_drafting(
     current = runner.prefill(prompt, stats, defer=True)  # the prompt is cached in the first step's pass
     while True:
         start, kv = time.perf_counter(), runner.past_len
-        depth = None if position_limit is None else position_limit - 1 - kv
-        depth = depth if max_depth is None else max_depth if depth is None else min(depth, max_depth)
-        if depth is not None:
-            trees = [tree.within_depth(depth) for tree in trees]
+        depths = [d for d in (None if position_limit is None else position_limit - 1 - kv, max_depth) if d is not None]
+        if depths:  # the context's room and max_depth: the tighter bound cuts every tree
+            trees = [tree.within_depth(min(depths)) for tree in trees]
         tree, feed_window = choice.choose(trees, evidence, kv, cells)  # what this step feeds
         outcome = draft_step(runner, current, tree, needs.window if feed_window else None, chooser, context, needs.topk)  # 2-5
         stats.record_step(sink.extend(outcome.tokens), outcome.fed, outcome.window_tokens, tree, outcome.path)
