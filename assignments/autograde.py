@@ -15,7 +15,10 @@ answers never reach the submission's process, nothing that process writes is a v
 results.json is written by the grader after every process of the submission is gone.
 
 Scoring: a task's points are split over its probe groups by weight; a group earns its share times
-the fraction of its cases whose answer equals the reference's. Visible groups draw small cases
+the fraction of its cases its judge passes (`answer_diff.JUDGES`): most groups pass an answer equal
+to the reference's; the open task's ("modelled_time") passes greedy's tokens fed at a modelled cost
+within the case's tolerance of the reference's, and measures the speed-up over greedy, by which
+``--submissions`` also ranks the submissions (``leaderboard.csv``). Visible groups draw small cases
 anew for every run (``--seed`` fixes them) and are shown at once; hidden groups (deeper, wider
 cases) are shown after the due date. A file that does not import, a missing file or a run past
 its time scores the task 0 with the reason; a case running past ``--test-timeout`` fails and the
@@ -41,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from grades import Grade, GroupGrade, TaskGrade  # noqa: E402
-from report import points, summary, write_results  # noqa: E402
+from report import leaderboard, points, summary, write_results  # noqa: E402
 from selfcheck import check, submitted_file  # noqa: E402
 from tasks import TASKS, Task, answered, answers_file, task_by_marker  # noqa: E402
 
@@ -52,7 +55,7 @@ BUDGET_S = 540.0  # per submission: six looping tasks still end well inside Grad
 
 
 def record_expected(snapshot, markers: list[str], seed: int, work: Path, timeout: float = 600.0) -> dict:
-    """The reference's cases and answers: {task: {group: {"points", "visible", "cases", "expected": {id: answer}}}}."""
+    """The reference's cases and answers: {task: {group: {"points", "visible", "judge", "cases", "expected": {id: answer}}}}."""
     from sandbox import run_probes
 
     recorded = {}
@@ -72,9 +75,10 @@ def record_expected(snapshot, markers: list[str], seed: int, work: Path, timeout
 
 
 def verdicts(task: Task, groups: dict, records: list[dict], ended: str = "the process ended first") -> list[GroupGrade]:
-    """Compare the submission's answers with the reference's, case by case (unanswered cases fail,
-    "not run: " + `ended`, or because an earlier case of their group ran past its time)."""
-    from answer_diff import feedback, first_difference
+    """Judge the submission's answers against the reference's, case by case, with each group's judge
+    (`answer_diff.JUDGES`, "equal" unless the reference's run recorded another); unanswered cases
+    fail, "not run: " + `ended`, or because an earlier case of their group ran past its time."""
+    from answer_diff import feedback, judge
 
     answers = {}
     for record in records:
@@ -83,22 +87,39 @@ def verdicts(task: Task, groups: dict, records: list[dict], ended: str = "the pr
             answers[key] = record
     graded = []
     for name, group in groups.items():
-        grade = GroupGrade(name, group["points"], not group["visible"])
+        judged = judge(group.get("judge", "equal"))
+        grade = GroupGrade(name, group["points"], not group["visible"], metric=judged.metric)
         unrun = f"not run: {ended}"
         for case in group["cases"]:
-            expected, answer = group["expected"][case["id"]], answers.get((name, case["id"]))
+            expected, answer, metric = group["expected"][case["id"]], answers.get((name, case["id"])), None
             if answer is None:
                 grade.outcomes[case["id"]] = ("failed", feedback(name, case, expected, error=unrun))
             elif "error" in answer:
                 grade.outcomes[case["id"]] = ("failed", feedback(name, case, expected, error=str(answer["error"])))
                 if "s limit (an endless loop?)" in str(answer["error"]):
                     unrun = "not run: an earlier case of this group ran past the time limit"
-            elif first_difference(expected, answer["got"]) is None:
-                grade.outcomes[case["id"]] = ("passed", "")
             else:
-                grade.outcomes[case["id"]] = ("failed", feedback(name, case, expected, answer["got"]))
+                grade.outcomes[case["id"]], metric = decide(judged, name, case, expected, answer["got"])
+            if judged.metric is not None:
+                grade.metrics[case["id"]] = metric
         graded.append(grade)
     return graded
+
+
+def decide(judged, name: str, case: dict, expected, got) -> tuple[tuple[str, str], float | None]:
+    """((outcome, message), metric) of one answer: the judge's verdict (an answer it cannot judge fails)."""
+    from answer_diff import equal, feedback
+
+    try:
+        passed, message, metric = judged.decide(case, expected, got)
+    except Exception as exc:  # noqa: BLE001 - an answer shaped unlike the reference's: the judge's checks missed it
+        why = f"the answer could not be judged: {type(exc).__name__}: {exc}"
+        return ("failed", feedback(name, case, expected, verdict=why)), None
+    if passed:
+        return ("passed", message), metric
+    # "equal" shows expected, got and where they first differ; another judge says why in its own words
+    shown = feedback(name, case, expected, got) if judged.decide is equal else feedback(name, case, expected, verdict=message)
+    return ("failed", shown), metric
 
 
 def grade_task(task: Task, student: Path, snapshot, expected: dict, work: Path, *, timeout: float, case_timeout: float,
@@ -197,7 +218,8 @@ def grade(student: Path = ROOT, markers: list[str] | None = None, *, reference: 
 def grade_folder(submissions: Path, out: Path, markers: list[str] | None, *, reference: Path = ROOT, seed: int | None = None,
                  **options) -> list[Grade]:
     """Grade every sub-folder of `submissions` (the reference's answers recorded once); write
-    OUT/<name>/results.json, OUT/<name>/summary.txt and OUT/grades.csv."""
+    OUT/<name>/results.json, OUT/<name>/summary.txt and OUT/grades.csv, and for tasks whose judges
+    measure (the open task's speed-up), OUT/leaderboard.csv with the ranking printed (`report.leaderboard`)."""
     folders = sorted(p for p in submissions.iterdir() if p.is_dir()) if submissions.is_dir() else []
     if not folders:
         raise FileNotFoundError(f"{submissions} holds no submission folders")
@@ -212,6 +234,10 @@ def grade_folder(submissions: Path, out: Path, markers: list[str] | None, *, ref
     rows = ["submission," + ",".join(t.marker for t in tasks) + ",total"]
     rows += [f"{g.submission.name}," + ",".join(points(t.score) for t in g.tasks) + f",{points(g.score)}" for g in grades]
     (out / "grades.csv").write_text("\n".join(rows) + "\n")
+    ranking = leaderboard(grades)
+    if ranking:
+        (out / "leaderboard.csv").write_text(ranking[0])
+        print(ranking[1], end="")
     return grades
 
 

@@ -24,12 +24,17 @@ class GroupGrade:
         weight: its share of the task's points (a probe's points, a test's points marker; default 1).
         hidden: True when its results are shown only after the due date.
         outcomes: case id (or node id) -> (outcome, message), outcome "passed", "failed" or "skipped".
+        metric: what its judge measures of each case ("modelled speed-up over greedy"), or None.
+        metrics: case id -> the measured number, None where nothing could be measured (a wrong
+            answer, or none); only for a group whose judge measures.
     """
 
     name: str
     weight: int
     hidden: bool
     outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    metric: str | None = None
+    metrics: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def fraction(self) -> Fraction:
@@ -78,6 +83,19 @@ class TaskGrade:
     @property
     def passed(self) -> bool:
         return self.score == self.task.points
+
+    def measured(self, visible_only: bool = False) -> tuple[str, float, int] | None:
+        """(what, mean, cases): the mean of what the task's judges measured over its measured groups'
+        cases (a case measured as nothing counts 0), or None when no group measures anything.
+
+        Args:
+            visible_only: the visible groups' cases only.
+        """
+        groups = [g for g in self.groups if g.metric is not None and not (visible_only and g.hidden)]
+        values = [0.0 if v is None else v for g in groups for v in g.metrics.values()]
+        if self.error or not values:
+            return None
+        return groups[0].metric, sum(values) / len(values), len(values)
 
 
 @dataclass

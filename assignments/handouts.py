@@ -4,7 +4,8 @@
     python assignments/handouts.py task1_3    # one of them
 
 ``handouts/<marker>.md`` holds only what a person must write, as the sections of
-`REQUIRED_SECTIONS` in that order (level-2 headings). Everything else in a handout is generated:
+`REQUIRED_SECTIONS` in that order (level-2 headings); "The rule" starts with `WHOSE_RULE`, saying
+whose rule the task implements (the paper's, ladref's own, or another work's). Everything else in a handout is generated:
 the facts (file, functions, points, time, what it builds on, from `tasks.py`), what each public
 test checks (the test functions carrying the task's marker, read with `ast`), the commands, the
 grading rules and how to submit. `make_student.py` writes the handouts into a student copy, and
@@ -21,12 +22,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from overview import assignment_of, by_assignment, held_back, points_summary, tutorials, tutorials_note  # noqa: E402
 from tasks import QUESTIONS, TASKS, Task, answers_file, marked_files, task_by_marker, work_order  # noqa: E402
 
 REPO = HERE.parent
 PROSE = HERE / "handouts"
-REQUIRED_SECTIONS = ("Goal", "The paper's rule", "Specification", "Hints", "Written questions")
+REQUIRED_SECTIONS = ("Goal", "The rule", "Specification", "Hints", "Written questions")
+WHOSE_RULE = "**Whose rule:** "  # how "The rule" starts: the paper's, ladref's own, or another work's
 INSTALL = 'python -m pip install -c constraints.txt -e ".[student]"'  # the package, pytest and Hypothesis only
+PAPER = ('Yichao Fu, Peter Bailis, Ion Stoica and Hao Zhang, "Break the Sequential Dependency of LLM Inference Using '
+         'Lookahead Decoding", ICML 2024, arXiv:2402.02057 (<https://arxiv.org/abs/2402.02057>)')
+READING = ("docs/concepts.md", "docs/glossary.md")  # pages of the documentation a student copy ships
 
 
 def student_commands(task: Task | None = None) -> list[tuple[str, str]]:
@@ -54,6 +60,9 @@ def prose(task: Task) -> dict[str, str]:
     sections = {title.strip(): body.strip() for title, body in zip(parts[1::2], parts[2::2])}
     if tuple(sections) != REQUIRED_SECTIONS:
         raise ValueError(f"{path.name} must have the sections {REQUIRED_SECTIONS} in that order, has {tuple(sections)}")
+    if not sections["The rule"].startswith(WHOSE_RULE):
+        raise ValueError(f"{path.name}: 'The rule' must start with {WHOSE_RULE.strip()!r} and say whose it is "
+                         "(the paper's, ladref's own, or another work's)")
     return sections
 
 
@@ -113,10 +122,12 @@ def code(text: str, html: bool = False) -> str:
 
 
 def facts(task: Task, html: bool = False) -> str:
-    """The table at the top of a handout."""
-    total = sum(t.points for t in TASKS)
+    """The table at the top of a handout (the points out of its assignment's autograded points)."""
+    number = assignment_of(task)
+    total = sum(t.points for t in by_assignment()[number])
+    points = f"{task.points} of {total} (assignment {number}'s autograder), and {task.question_points} for the written questions"
     rows = [("File", code(task.module, html)), ("You write", ", ".join(code(f, html) for f in task.functions)),
-            ("Points", f"{task.points} of {total}"), ("Time", f"about {task.hours} hours")]
+            ("Points", points), ("Time", f"about {task.hours} hours")]
     if task.requires:
         needs = ", ".join(f"task {task_by_marker(m).number}" for m in task.requires)
         them = "it" if len(task.requires) == 1 else "them"
@@ -131,7 +142,7 @@ def render_handout(task: Task, tests: Path = REPO / "tests", level: int = 1, htm
     commands = command_block(student_commands(task))
     parts = [
         f"# Task {task.number}: {task.title}", facts(task, html),
-        "## Goal", text["Goal"], "## The paper's rule", text["The paper's rule"],
+        "## Goal", text["Goal"], "## The rule", text["The rule"],
         "## Specification (what the tests check)", text["Specification"],
         f"The public tests of this task (marker `{task.marker}`), in `tests/`:", checks or "* (none yet)",
         "## Hints", text["Hints"],
@@ -139,7 +150,8 @@ def render_handout(task: Task, tests: Path = REPO / "tests", level: int = 1, htm
         "## Grading",
         f"The task is worth {task.points} points, split over the autograder's groups of cases: each group calls your "
         "functions on cases drawn by the reference solution and compares what they return with the reference's answers "
-        "(a group earns its share times the fraction of its cases answered exactly). Visible groups, small cases drawn "
+        "(a group earns its share times the fraction of its cases that pass: answered exactly, unless the Specification "
+        "above says how else its cases are judged). Visible groups, small cases drawn "
         "anew at every grading, are shown at once, with the first call that differs; hidden groups (larger, deeper cases) "
         "after the due date. The public tests above check the same specification: pass them first. Your "
         f"`{task.module}` is graded on its own, with the reference's code for every other file: write the whole task in "
@@ -173,9 +185,10 @@ def student_readme(tasks: list[Task]) -> str:
         "You will rebuild the core of lookahead decoding (Fu et al., ICML 2024) inside `ladref`, a small "
         "PyTorch library. The functions to write keep their signature and docstring; their body is a "
         "`raise NotImplementedError`, after the solution's numbered steps as `# TODO` lines where it has them. "
-        "Each task has a handout in `handouts/`: its goal, "
-        "the rule from the paper, the exact specification, hints, points, a time estimate and two written questions.",
-        overview_table(tasks),
+        "Each task has a handout in `handouts/`: its goal, the rule it follows (the paper's, or ladref's own), "
+        "the exact specification, hints, points, a time estimate and two written questions.",
+        overview_table(tasks), points_summary(tasks),
+        "## Reading", reading_note(),
         "## Set up and check your work",
         f"From this folder, with Python 3.10+:\n\n```bash\n{commands}\n```",
         "On Linux, pip's default torch is the CUDA build (several GB). For the smaller CPU-only build, run "
@@ -196,28 +209,35 @@ def student_readme(tasks: list[Task]) -> str:
         "Work in this order: " + ", ".join(t.number for t in work_order(tasks)) + ". A task's tests run your "
         "code of the tasks it builds on (its handout says which), so finish those first. A test that stops at "
         "another task's unfinished function says so: its failure names the task to finish first.",
+        "## Tutorials", tutorials_note(tasks),
         "## Submit", submit_note(tasks),
     ]) + "\n"
 
 
+def reading_note() -> str:
+    """The student README's reading list: the paper, and the documentation pages the copy ships (`READING`)."""
+    return (f"* The paper: {PAPER}.\n"
+            "* `docs/concepts.md`: the ideas (Jacobi iterations, the 2-D window and the n-gram pool, the combined step, "
+            "draft trees), each with the ladref code that implements it.\n"
+            "* `docs/glossary.md`: the paper's terms with ladref's names for them and those of the paper's own code.\n\n"
+            "The two pages come from the project's documentation; their links to its other pages lead nowhere here.")
+
+
 def instructor_notes(html: bool = False) -> str:
-    """Which tutorial to hold back until which task's deadline (from `Task.solution_tutorials`)."""
-    held: dict[str, list[Task]] = {}
-    for task in TASKS:
-        for tutorial in task.solution_tutorials:
-            held.setdefault(tutorial, []).append(task)
+    """Which tutorial to hold back until which task's deadline (`overview.held_back`)."""
+    held = held_back()
     rows = "\n".join(f"| {code(f'tutorials/{name}.py', html)} | {', '.join(f'{t.number} {t.title}' for t in tasks)} |"
                      for name, tasks in sorted(held.items()))
-    free = sorted(p.stem for p in (REPO / "tutorials").glob("[0-9][0-9]_*.py") if p.stem not in held)
-    safe = ", ".join(code(f"tutorials/{name}.py", html) for name in free) or "none"
+    safe = ", ".join(code(f"tutorials/{name}.py", html) for name in tutorials() if name not in held) or "none"
     return ("| Tutorial | Shows the solution of: hand it out after these tasks' deadlines |\n|---|---|\n"
-            f"{rows}\n\nThe task table names no other tutorial ({safe}): those can go out with the course.")
+            f"{rows}\n\nThe task table names no other tutorial ({safe}): those can go out with the course, and a "
+            "student copy ships them (`tutorials/`, with the tasks each one needs finished).")
 
 
 def site_sections() -> dict[str, str]:
     """The generated parts of the site's Assignments page, by marker (see `mkdocs_hook.py`)."""
     return {
-        "<!-- course-kit: tasks -->": overview_table(list(TASKS), html=True),
+        "<!-- course-kit: tasks -->": overview_table(list(TASKS), html=True) + "\n\n" + points_summary(),
         "<!-- course-kit: instructor-notes -->": instructor_notes(html=True),
         "<!-- course-kit: handouts -->": "\n\n".join(render_handout(t, level=3, html=True) for t in TASKS),
     }

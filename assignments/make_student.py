@@ -19,10 +19,14 @@ comments (as ``# TODO 1. ...`` lines) but have their body replaced by
     OUT/pyproject.toml   the project file, pytest pinned to this folder (``pythonpath = ["."]``)
     OUT/constraints.txt  the pins of the README's install command
     OUT/assignments/     the autograder and the task table
+    OUT/docs/            the concepts page and the glossary (`handouts.READING`)
+    OUT/tutorials/       the tutorials no task holds back, with `run.py` and the repository files
+                         they read (``tutorial_needs.json``)
 
 Nothing is hand-copied: bodies are located with `ast` in the reference sources, so the student
-version always matches the current reference. The probes that grade (``assignments/hidden/``), this
-generator and the handouts' sources stay with the instructor.
+version always matches the current reference. The probes that grade (``assignments/hidden/``), the
+answer keys (``assignments/instructor/``), this generator and the handouts' sources stay with the
+instructor.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from handouts import answers_template, render_handout, student_readme  # noqa: E402
+from handouts import READING, answers_template, render_handout, student_readme  # noqa: E402
+from overview import shipped_tutorials  # noqa: E402
 from tasks import TASKS, Task, answers_file, dependents, marked_files, task_by_marker  # noqa: E402
+from tutorial_needs import load_needs  # noqa: E402
 
 REPO = HERE.parent
 COPIED_FILES = ("pyproject.toml", "constraints.txt")
@@ -277,6 +283,15 @@ def pinned_pyproject(text: str) -> str:
     return text.replace(header, header + pin, 1)
 
 
+def reading_and_tutorials() -> list[str]:
+    """The files, relative to the repository, that a student copy ships to read and to run: the pages of
+    `READING`, the tutorials no task holds back (`overview.shipped_tutorials`) with ``tutorials/run.py``,
+    and the files those tutorials read (``tutorial_needs.json``; never one under ``assignments/``)."""
+    names, needs = shipped_tutorials(), load_needs()
+    reads = sorted({path for name in names for path in needs[name]["reads"] if not path.startswith("assignments/")})
+    return [*READING, *(f"tutorials/{name}.py" for name in names), *(["tutorials/run.py"] if names else []), *reads]
+
+
 def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
     """Write the student version into `out` (which must not exist yet).
 
@@ -313,6 +328,9 @@ def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
     for task in tasks:
         (out / "handouts" / f"{task.marker}.md").write_text(render_handout(task, tests=out / "tests"))
         (out / answers_file(task)).write_text(answers_template(task))
+    for relative in reading_and_tutorials():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / relative, out / relative)
     (out / "README.md").write_text(student_readme(tasks))
     return tasks
 

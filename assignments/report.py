@@ -5,7 +5,8 @@ of the tests), "tests" as a list of {"name", "score", "max_score", "status", "ou
 "visibility", ...}, and optional "output", "visibility", "stdout_visibility", "execution_time"
 and "extra_data". One test entry is written per test group; hidden groups are shown
 "after_due_date"; the top-level "output", which students see at once, speaks of the visible
-groups only.
+groups only. A task whose judge measures (the open task's modelled speed-up) adds its mean to the
+summary and, from its visible cases, to Gradescope's "leaderboard".
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def summary(grade, visible_only: bool = False) -> str:
             lines.append(f"{head} {done} of {len(shown)} passed (hidden groups: after the due date)")
         else:
             lines.append(f"{head} {done} of {len(shown)} test groups passed")
+        measured = t.measured(visible_only)
+        if measured is not None:
+            what, value, cases = measured
+            lines.append(f"      {what}: {value:.2f} (the mean of {cases} {'visible ' if visible_only else ''}cases)")
         if t.answers is not None:
             lines.append(f"      written answers ({t.task.question_points} points, graded by hand): "
                          + (f"{answers_file(t.task)} handed in" if t.answers else f"none yet: write them in {answers_file(t.task)}"))
@@ -85,6 +90,9 @@ def gradescope(grade) -> dict:
                 "status": "passed" if g.fraction == 1 else "failed", "output": output[:5000],
                 "visibility": "after_due_date" if g.hidden else "visible", "tags": [t.task.marker, "hidden" if g.hidden else "public"],
             })
+    # a leaderboard from the visible cases only, as students see it at once (hidden cases: after the due date)
+    board = [{"name": f"task {t.task.number}: {m[0]}", "value": round(m[1], 3), "order": "desc"}
+             for t in grade.tasks if (m := t.measured(visible_only=True)) is not None]
     return {
         "score": round(float(grade.score), 2),
         "execution_time": round(grade.seconds),
@@ -94,8 +102,34 @@ def gradescope(grade) -> dict:
         "tests": tests,
         "extra_data": {"max_score": grade.max_score, "tasks": {t.task.marker: round(float(t.score), 2) for t in grade.tasks},
                        "seed": grade.seed, "notes": grade.notes,
-                       "answers": {t.task.marker: t.answers for t in grade.tasks if t.answers is not None}},
+                       "answers": {t.task.marker: t.answers for t in grade.tasks if t.answers is not None},
+                       "measured": {t.task.marker: {"what": m[0], "mean": round(m[1], 4), "cases": m[2]}
+                                    for t in grade.tasks if (m := t.measured()) is not None}},
+        **({"leaderboard": board} if board else {}),
     }
+
+
+def leaderboard(grades: list) -> tuple[str, str] | None:
+    """(CSV, printed ranking) of several submissions' `grades.Grade` by each measured task's mean
+    metric (`grades.TaskGrade.measured`, every case, the hidden ones included; a task that could
+    not be graded counts 0), best first; None when no graded task measures anything.
+
+    The CSV has a row per task and submission: task, rank, submission, metric, value, points.
+    """
+    rows, lines = ["task,rank,submission,metric,value,points"], []
+    markers = [t.task.marker for t in grades[0].tasks] if grades else []
+    for marker in markers:
+        entries = [(g.submission.name, next(t for t in g.tasks if t.task.marker == marker)) for g in grades]
+        what = next((m[0] for _, t in entries if (m := t.measured()) is not None), None)
+        if what is None:
+            continue
+        value = {name: (t.measured() or (what, 0.0, 0))[1] for name, t in entries}
+        ranked = sorted(entries, key=lambda entry: (-value[entry[0]], -entry[1].score, entry[0]))
+        lines.append(f"leaderboard, task {ranked[0][1].task.number} ({what}, the mean over every case):")
+        for rank, (name, t) in enumerate(ranked, 1):
+            rows.append(f"{marker},{rank},{name},{what},{value[name]:.4f},{points(t.score)}")
+            lines.append(f"  {rank:>3}. {name}: {value[name]:.2f} ({points(t.score)} / {t.task.points} points)")
+    return ("\n".join(rows) + "\n", "\n".join(lines) + "\n") if lines else None
 
 
 def write_results(grade, results: Path | None, summary_path: Path | None) -> None:

@@ -42,7 +42,7 @@ class Task:
         requires: markers of the tasks whose code this task's public tests also run (a student
             checking their own copy must finish those first; the autograder grades each task
             with the reference's code for every other file, so nothing is lost twice).
-        points: the task's share of the grade (the autograder's 100 points).
+        points: the task's share of its assignment's 100 autograded points.
         question_points: the points of the task's two written questions together, half each,
             graded by hand on top of `points`; the answers go in `answers_file(task)`.
         hours: a time estimate for a student who has read the concepts page, e.g. "2-3".
@@ -127,7 +127,7 @@ TASKS: tuple[Task, ...] = (
         ("DraftTree.extend", "DraftTree.path", "DraftTree.ancestors"),
         points=15,
         hours="1-2",
-        solution_tutorials=("03_attention_mask", "08_draft_trees"),
+        solution_tutorials=("03_attention_mask", "07_draft_trees"),
     ),
     Task(
         "task1_6",
@@ -136,6 +136,36 @@ TASKS: tuple[Task, ...] = (
         ("ragged_commit_plan", "BatchCache.forward", "BatchCache.commit"),
         points=10,
         hours="2-3",
+    ),
+    Task(
+        "task2_1",
+        "the accept rules of speculative sampling (one draft, several drafts)",
+        "ladref/accept.py",
+        ("accept_one", "accept_several"),
+        points=35,
+        question_points=4,
+        hours="2-3",
+        solution_tutorials=("08_speculative_sampling",),
+    ),
+    Task(
+        "task2_2",
+        "the decoding loop of the one-file decoder",
+        "ladref/minimal.py",
+        ("lookahead_decode_minimal",),
+        points=35,
+        question_points=4,
+        hours="2-3",
+    ),
+    Task(
+        "task2_3",
+        "a cost-aware step choice (open-ended: graded by modelled speed)",
+        "ladref/course_choice.py",
+        ("CostAwareChoice.__init__", "CostAwareChoice.best", "CostAwareChoice.choose", "CostAwareChoice.observe",
+         "CostAwareChoice.timed"),
+        requires=("task1_4",),
+        points=30,
+        question_points=6,
+        hours="5-8",
     ),
 )
 

@@ -9,7 +9,7 @@ stdin) is ``{"seed": int, "cases": {group: [case, ...]} | null, "case_timeout": 
 (that is how the autograder records the reference's answers). The report is JSON lines:
 
     {"imported": path of ladref}                      the probes and the task's module imported
-    {"groups": {group: {"points", "visible", "cases"}}}  only when the cases were drawn here
+    {"groups": {group: {"points", "visible", "judge", "cases"}}}  only when the cases were drawn here
     {"group", "id", "got": observation}               or "error": "Type: message"
 
 This process runs the submitted code, so nothing it writes is trusted: the autograder compares
@@ -87,8 +87,8 @@ def main(argv: list[str]) -> int:
         cases = request["cases"]
         if cases is None:
             cases = module.cases(request["seed"])
-            groups = {g: {"points": module.GROUPS[g].points, "visible": module.GROUPS[g].visible, "cases": c}
-                      for g, c in cases.items()}
+            groups = {g: {"points": module.GROUPS[g].points, "visible": module.GROUPS[g].visible,
+                          "judge": getattr(module.GROUPS[g], "judge", "equal"), "cases": c} for g, c in cases.items()}
             report.write(json.dumps({"groups": groups}) + "\n")
             report.flush()
         for group, found in cases.items():

@@ -11,6 +11,8 @@ Five rooms: the core at the top, the draft sources in `ladref.sources`, the batc
 `ladref.batched`, the fast paths in `ladref.fast`, what you run in `ladref.bench`. In reading
 order (the tutorials' and the docs'):
 
+0. `ladref.minimal`: the whole method in one file (greedy lookahead decoding, its pieces and its
+   loop), to read before the rest;
 1. `ladref.config` (W, N, G), `ladref.results` (what a call returns);
 2. `ladref.greedy` (the oracle) and `ladref.sources.jacobi` (the fixed-point iteration);
 3. the building blocks: `ladref.tree` (the draft trie), `ladref.sources.ngram_pool`,
@@ -22,7 +24,8 @@ order (the tutorials' and the docs'):
    `ladref.sources.prompt_lookup`, `ladref.sources.recycling` (Token Recycling),
    `ladref.sources.suffix` (suffix decoding, over the counted trie of `ladref.sources.suffix_trie`)
    and Jacobi's chain in `ladref.sources.jacobi`;
-6. `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
+6. `ladref.accept` (the accept rules of speculative sampling: one draft, several drafts),
+   `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
 7. the batch: `ladref.batched` (every row of a batch stepped by one tensor program: `drafts`,
    `layout`, `verify`, `cache`, `state`, `step`, `loop`; the sources' batch forms in
    `ladref.batched.sources`; adaptive decoding on a batch in `policy` and `acceptance`);
@@ -32,6 +35,7 @@ order (the tutorials' and the docs'):
    `ladref.fast.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
    `ladref.fast.static`, `ladref.fast.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
+   `ladref.course_choice` (a cost-aware step choice: the course's open-ended task);
 9. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
    internals), `ladref.call` (input checks, stopping rules), `ladref.rows` (one prompt or a batch:
    the split every decoder makes), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the

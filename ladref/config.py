@@ -24,7 +24,7 @@ class LookaheadConfig:
         max_candidates: G, the most pool n-grams verified per step (0 turns verification off,
             which leaves one greedy token per step).
         pool_from_prompt: seed the n-gram pool with every n-gram of the prompt.
-        pool_capacity: n-grams kept per first token (most recently used first); None means
+        pool_capacity: n-grams kept per first token (most recently added first); None means
             max(G, 1), as in the reference implementation.
 
     A step feeds (N-1) * (W + g) tokens to the model, g <= G being the candidates found.

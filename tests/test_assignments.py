@@ -32,6 +32,7 @@ autograde = load("autograde")
 selfcheck = load("selfcheck")
 handouts = load("handouts")
 report = load("report")
+overview = load("overview")
 ALL = [t.marker for t in tasks_mod.TASKS]
 
 
@@ -67,7 +68,8 @@ def test_task_table_is_complete():
             assert name in tutorials or name.startswith(upcoming), f"{task.marker}: no tutorial {name}"
         handouts.prose(task)  # the handout text exists, with the required sections
     assert {p.stem for p in (ASSIGNMENTS / "handouts").glob("*.md")} == set(ALL), "a handout without a task"
-    assert sum(t.points for t in tasks_mod.TASKS) == 100
+    assignments = overview.by_assignment()
+    assert list(assignments) == ["1", "2"] and all(sum(t.points for t in ts) == 100 for ts in assignments.values())
     order = [t.marker for t in tasks_mod.work_order()]  # every task after the tasks it requires
     assert sorted(order) == sorted(ALL)
     assert all(order.index(r) < order.index(t.marker) for t in tasks_mod.TASKS for r in t.requires)
@@ -135,10 +137,10 @@ def test_generator_removes_only_the_chosen_task(tmp_path):
 def test_handouts_say_everything_a_student_needs():
     for task in tasks_mod.TASKS:
         text = handouts.render_handout(task)
-        for heading in ("## Goal", "## The paper's rule", "## Specification", "## Hints", "## Check your work",
+        for heading in ("## Goal", "## The rule", "## Specification", "## Hints", "## Check your work",
                         "## Grading", "## Written questions", "## Submit"):
             assert heading in text, f"{task.marker}: {heading}"
-        assert f"{task.points} of 100" in text and f"about {task.hours} hours" in text and task.module in text
+        assert f"{task.points} of 100 (assignment {overview.assignment_of(task)}'s autograder)" in text and f"about {task.hours} hours" in text and task.module in text
         assert all(f"`{name}`" in text for name in task.functions)
         assert all(command in text for command, _ in handouts.student_commands(task))
         questions = text.split("## Written questions")[1].split("## Submit")[0]
@@ -188,7 +190,7 @@ def check_gradescope(results: dict, grade) -> None:
 def test_reference_scores_full_marks():
     tasks, snapshot, expected, seed = reference_answers()
     grade = autograde.grade_submission(ROOT, tasks, snapshot, expected, seed=seed)
-    assert grade.hidden and grade.score == grade.max_score == 100, report.summary(grade)
+    assert grade.hidden and grade.score == grade.max_score == sum(t.points for t in tasks_mod.TASKS), report.summary(grade)
     results = report.gradescope(grade)
     check_gradescope(results, grade)
     assert all(t["status"] == "passed" for t in results["tests"])
@@ -304,7 +306,7 @@ def test_documented_student_commands_work_in_a_fresh_copy(tmp_path):
         assert "NotImplementedError" in proc.stdout and "error" not in proc.stdout.splitlines()[-1], command
     # the self-check: untouched stubs score 0, with every task's failing tests listed
     graded = outputs["python assignments/autograde.py"].stdout
-    assert "public tests only" in graded and graded.splitlines()[-1] == "score: 0 / 100"
+    assert "public tests only" in graded and graded.splitlines()[-1] == f"score: 0 / {sum(t.points for t in tasks_mod.TASKS)}"
     for task in tasks_mod.TASKS:
         assert re.search(rf"task {re.escape(task.number)} .* 0 / {task.points} ", graded), task.marker
         for name, _ in handouts.public_checks(task, ROOT / "tests"):

@@ -1,4 +1,4 @@
-"""Task 1.2: the n-gram pool (keyed by first token, per-key capacity, most recently used first)."""
+"""Task 1.2: the n-gram pool (keyed by first token, per-key capacity, most recently added first)."""
 
 import pytest
 import torch
@@ -17,7 +17,7 @@ def test_candidates_most_recent_first_and_capacity():
     assert pool.candidates(1, 5).tolist() == [[4, 5], [2, 3]]
     pool.add([1, 2, 3])  # refresh moves it to the front
     assert pool.candidates(1, 5).tolist() == [[2, 3], [4, 5]]
-    pool.add([1, 6, 7])  # full key drops its least recently used n-gram
+    pool.add([1, 6, 7])  # full key drops its least recently added n-gram
     assert pool.candidates(1, 5).tolist() == [[6, 7], [2, 3]]
     assert [1, 4, 5] not in pool and [1, 2, 3] in pool
     assert pool.candidates(1, 1).tolist() == [[6, 7]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
-PLOTS = {"01", "03", "05", "06", "08", "09"}  # tutorials that must show at least one image
+PLOTS = {"01", "02", "03", "05", "06", "07", "08", "09"}  # tutorials that must show at least one image
+KEYS = ROOT / "assignments" / "instructor" / "tutorials"  # one answer key per tutorial, NN.md
 
 
 def load(name: str):
@@ -27,12 +29,39 @@ def load(name: str):
     return module
 
 
-def test_nine_tutorials_in_percent_format():
-    assert [t.name[:2] for t in TUTORIALS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"]
+def test_ten_tutorials_in_percent_format():
+    assert [t.name[:2] for t in TUTORIALS] == [f"{n:02d}" for n in range(1, 11)]
     for source in TUTORIALS:
         text = source.read_text()
         assert "#     formats: py:percent" in text and "# %% [markdown]" in text, source.name
         assert "## Exercises" in text.rsplit("# %%", 1)[-1], f"{source.name} must end with exercises"
+
+
+def exercises(source: Path) -> list[str]:
+    """The numbers of the items of a tutorial's final "## Exercises" cell, in order."""
+    cell = source.read_text().rsplit("# %%", 1)[-1].split("## Exercises", 1)[-1]
+    return re.findall(r"^# (\d+)\. ", cell, flags=re.M)
+
+
+def test_every_exercise_has_a_model_answer():
+    """assignments/instructor/tutorials/NN.md answers tutorial NN: one "## Exercise k" section per
+    numbered exercise, in order, each with an answer."""
+    for source in TUTORIALS:
+        numbers = exercises(source)
+        assert numbers == [str(k) for k in range(1, len(numbers) + 1)] and numbers, f"{source.name}: exercises 1..k"
+        key = KEYS / f"{source.name[:2]}.md"
+        assert key.is_file(), f"no answer key {key.relative_to(ROOT)}"
+        text = key.read_text()
+        assert text.startswith(f"# Tutorial {source.name[:2]}: ") and "answer key" in text.splitlines()[0], key.name
+        sections = re.split(r"^## Exercise (\d+)[ \t]*$", text, flags=re.M)
+        assert sections[1::2] == numbers, f"{key.name}: {len(sections) // 2} answers for {len(numbers)} exercises"
+        assert all(answer.strip() for answer in sections[2::2]), f"{key.name}: an empty answer"
+
+
+def test_exercise_count_reads_numbered_items_only(tmp_path):
+    source = tmp_path / "01_x.py"
+    source.write_text("# %% [markdown]\n# ## Exercises\n#\n# 1. One,\n#    2. not an item.\n# 2. Two.\n")
+    assert exercises(source) == ["1", "2"]
 
 
 def test_docs_hook_uses_only_fresh_executed_notebooks(tmp_path):
@@ -88,7 +117,7 @@ def test_docs_build_executes_missing_tutorials_and_says_when_one_fails(tmp_path,
     assert executed == [broken.name]  # a later build reuses what the first one executed
 
 
-TINY_ONLY = {"03", "07"}  # every other tutorial loads the embedded SmolLM2 model
+TINY_ONLY = {"03", "08", "10"}  # every other tutorial loads the embedded SmolLM2 model
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
 
+import matplotlib.pyplot as plt
 import torch
 
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, chat_ids, load_default_model, lookahead_decode
@@ -45,8 +46,10 @@ def show(ids):
 # ## The pool on its own
 #
 # An n-gram of N tokens is stored as key = its first token, value = the other N-1 tokens (a
-# *continuation*). Each key keeps at most `capacity` continuations, most recently used first;
-# a full key forgets its least recently used one.
+# *continuation*). Each key keeps at most `capacity` continuations, most recently added first
+# (adding an n-gram that is already there moves it to the front); a full key forgets its least
+# recently added one. Only adding refreshes an entry: reading a key's candidates, or having one
+# of them accepted, leaves the order as it is.
 
 # %%
 pool = NGramPool(ngram_size=3, capacity=2)
@@ -55,8 +58,8 @@ for ngram in ([1, 2, 3], [1, 4, 5], [1, 2, 3], [1, 6, 7]):
     print(f"add {ngram} -> candidates for key 1: {pool.candidates(1, limit=5).tolist()}")
 
 # %% [markdown]
-# `[1, 2, 3]` was refreshed by its second insertion, so adding `[1, 6, 7]` evicted
-# `[1, 4, 5]`, the least recently used.
+# `[1, 2, 3]` was moved to the front by its second insertion, so adding `[1, 6, 7]` evicted
+# `[1, 4, 5]`, the least recently added.
 #
 # ## Seeding from the prompt
 #
@@ -84,10 +87,14 @@ for cand in seeded.candidates(the, limit=4):
 # `StepOutcome.harvest`, the window slides by one row, and the proposer's `learn` adds the W
 # column n-grams to its pool (`NGramPool.harvest`).
 #
-# We run the real combined step (`ladref.step.draft_step`) with an empty draft tree, so nothing
-# is verified and each step yields one greedy token, starting from an empty pool, and print the
-# window and the harvested n-grams. (The pool keeps `max(G, 1)` continuations per key unless
-# `pool_capacity` is given; we give 8.)
+# The step we run is the real combined step, `ladref.step.draft_step(runner, current, tree,
+# window)`. Besides the window it takes a **draft tree** (`ladref.tree.DraftTree`): a trie of
+# drafted paths, the guessed continuations of the current token that the step verifies, paths
+# that share a prefix sharing its nodes. Tutorial 3 lays the tree out in the attention mask and
+# tutorial 4 verifies it; here we pass an empty one (`DraftTree.empty()`), so nothing is
+# verified and each step yields one greedy token. We start from an empty pool and print the
+# window and the harvested n-grams of five steps. (The pool keeps `max(G, 1)` continuations per
+# key unless `pool_capacity` is given; we give 8.)
 
 # %%
 config = LookaheadConfig(window_size=5, ngram_size=4, max_candidates=0, pool_from_prompt=False, pool_capacity=8)
@@ -95,6 +102,7 @@ proposer = LookaheadProposer(config)
 proposer.begin(prompt.tolist())  # the window starts as the prompt's last (N-1)W tokens; the pool empty
 runner = ModelRunner(model)
 current = runner.prefill(prompt, DecodeStats())
+trace = []  # (the window as fed, the new row, the harvest) of every step, for the figure below
 with torch.inference_mode():
     for step in range(5):
         window = proposer.window.grid.clone()
@@ -102,6 +110,7 @@ with torch.inference_mode():
         outcome = draft_step(runner, current, DraftTree.empty(), proposer.window)
         proposer.learn(outcome)  # adds the harvested columns to the pool
         new_row = proposer.window.grid[-1]
+        trace.append((window, new_row.clone(), outcome.harvest))
         print(f"step {step}: current {show([current])[0]!r}, accepted {show(outcome.tokens)}, {outcome.fed} tokens fed")
         for r in range(window.shape[0]):
             print(f"   window row {r}: {' | '.join(f'{t:>9}' for t in show(window[r]))}")
@@ -112,6 +121,54 @@ with torch.inference_mode():
             print("   (window still holds prompt tokens: nothing harvested yet)")
         current = outcome.tokens[-1]
 print(f"pool size after 5 steps: {len(proposer.pool)} n-grams")
+
+# %% [markdown]
+# The last of these steps as a picture, drawn from the recorded state above. Left: the window
+# the step fed, N-1 rows of past Jacobi iterations (oldest at the top) over W columns, with the
+# current token in cell (0, 0), and below it the new row the step predicted; each cell shows its
+# token and its position (p = the current token's position). Right: the harvest, one n-gram per
+# column read top to bottom, stored in the pool under its first token.
+
+# %%
+def draw_harvest(window, new_row, harvest, title):
+    """The fed window and the new row (left), the W column n-grams as pool entries (right)."""
+    rows, width = window.shape
+    grid = torch.cat([window, new_row[None]])
+    colors = plt.cm.tab10.colors
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 3.8), gridspec_kw={"width_ratios": [1.4, 1]})
+    for r in range(rows + 1):
+        for c in range(width):
+            face = "#f4a261" if r == rows else ("#8ecae6" if (r, c) != (0, 0) else "#adb5bd")
+            left.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=face, edgecolor="white", lw=2))
+            left.text(c, r - 0.08, show([grid[r, c]])[0], ha="center", va="center", fontsize=9)
+            left.text(c, r + 0.3, f"p+{r + c}", ha="center", va="center", fontsize=7, color="#555555")
+    for c in range(width):  # one n-gram per column
+        left.add_patch(plt.Rectangle((c - 0.45, -0.45), 0.9, rows + 0.9, fill=False, edgecolor=colors[c], lw=2))
+    left.axhline(rows - 0.5, color="black", lw=1.5)
+    left.set_xlim(-0.5, width - 0.5)
+    left.set_ylim(rows + 0.5, -0.5)
+    left.set_xticks(range(width), [f"column {c}" for c in range(width)], fontsize=8)
+    names = {0: " (oldest)", rows - 1: " (newest)"}
+    left.set_yticks(range(rows + 1), [f"iteration row {r}{names.get(r, '')}" for r in range(rows)]
+                    + ["new row (predicted)"], fontsize=8)
+    left.set_title(f"the window fed (N-1 = {rows} rows x W = {width} columns; grey: the current token) "
+                   "and the new row", fontsize=9)
+    right.axis("off")
+    right.set_title("harvest: W n-grams into the pool, keyed by their first token", fontsize=9)
+    if harvest is None:
+        right.text(0, 0.5, "nothing harvested: the window still holds prompt tokens", fontsize=9)
+    for c, column in enumerate([] if harvest is None else harvest.t().tolist()):
+        key, rest = show(column[:1])[0], " ".join(f"'{t}'" for t in show(column[1:]))
+        right.text(0, 0.9 - c * 0.8 / max(width - 1, 1), f"column {c}: key '{key}' -> {rest}", fontsize=9,
+                   color=colors[c], va="center", family="monospace")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    plt.show()
+
+
+window, new_row, harvest = trace[-1]
+assert torch.equal(harvest, torch.cat([window, new_row[None]]))  # the harvest is the window fed plus the new row
+draw_harvest(window, new_row, harvest, f"step {len(trace) - 1}: W = {config.window_size}, N = {config.ngram_size}")
 
 # %% [markdown]
 # Early windows are made of prompt tokens cycled into place, so the first N-2 steps harvest
@@ -135,10 +192,11 @@ print(result.text)
 # %% [markdown]
 # ## Exercises
 #
-# 1. Count how many harvested n-grams later appear, token for token, in the greedy output.
-#    How does that fraction change with W and with N?
-# 2. Implement an unbounded pool (the reference implementation's `GUESS_SET_SIZE = -1`). Does it
-#    help S on this prompt? What does it cost at verification time?
+# 1. Run the harvesting loop above for 12 steps and count the harvested n-grams that occur,
+#    token for token, somewhere in the 12 tokens those steps produced. What fraction is that?
+#    How does it change with W (3, 5, 8) and with N (3, 4, 5)?
+# 2. How many n-grams did the five steps above harvest, and how many does the pool hold? Find
+#    an n-gram harvested more than once: where is it among its key's candidates now, and why?
 # 3. The pool is keyed by one token. Sketch a pool keyed by the last two tokens. Which
 #    candidates would it stop proposing, and why might that help or hurt?
 # 4. Why must harvesting wait N-2 steps after the window is initialised from the prompt?

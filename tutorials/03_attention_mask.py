@@ -219,12 +219,14 @@ print("d3 in the trie == the end of row 'a b d':", torch.allclose(base[L + d3], 
 #
 # 1. Draw the mask for N = 2. What is left of the lookahead branch, and what algorithm does it
 #    run? (Compare with tutorial 1.)
-# 2. The mask hides entries, but the attention kernel still computes the full (q, c + q) score
-#    matrix. How many of the q * q in-step entries are actually visible, as a function of
-#    W, N and the tree's node depths? (`ladref.bench.flops` charges for all of them.)
-# 3. G n-grams of N-1 tokens make G(N-1) flat rows. How many nodes does their trie have at
-#    most, and at least? Which n-grams does a pool keyed by the current token tend to hold?
-# 4. Break the mask on purpose (e.g. let tree nodes see row 0) and run
-#    `python -m pytest -m task1_1` against your change: which property fails first?
-# 5. Why are the positions `p + r + c` and not simply consecutive flat indices? What would go
-#    wrong with rotary position embeddings otherwise?
+# 2. Set `window[0, 0]` to some other token and call `step_logits(window, trie)` again. Which
+#    logits change, and why? (Look at what `build_step_inputs` puts in cell (0, 0).)
+# 3. Build the trie from the same n-grams in another order, `e f g`, `a b d`, `a b c`. How do the
+#    nodes' order, their parents and their relative positions change? Do the logits after
+#    `a b d` change?
+# 4. Break the isolation on purpose: copy `build_step_inputs(current, window, trie, p).allowed`,
+#    let node `e1` also see node `a1`, and run the step with that mask (`runner.forward(ids,
+#    positions, allowed)`). Which tokens' logits change? Why do some change that still see
+#    exactly what they saw before?
+# 5. In the trie step, list the tokens fed at relative position 3. How can several tokens share
+#    a position in one forward pass without disturbing each other's predictions?

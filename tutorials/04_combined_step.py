@@ -209,10 +209,12 @@ print(f"\naccepted path {verdict.path} ({verdict.matched} draft tokens), output 
 #
 # 1. In the step above, which flat step indices did the KV cache keep? Work them out from
 #    `layout.tree_index()` and `outcome.path`.
-# 2. In a trie, can two nodes at the same depth both match? With the paper's G flat rows
-#    (`DraftTree.chains`) two rows can share a matching prefix: does it matter which one wins
-#    (think about the KV cache and the output)?
+# 2. Rewind to just before the step (`runner.cache, proposer = copy.deepcopy(saved)`) and run
+#    it again with its tree but without the window: `draft_step(runner, current, outcome.tree)`.
+#    Are the accepted tokens the same? What does the outcome no longer hold, and how many tokens
+#    did the step feed?
 # 3. Suppose a step forgot to commit (the cache kept all q entries). Decode a few more steps in
 #    your head: what goes wrong, and would the output still equal greedy's?
-# 4. With an empty tree (`DraftTree.empty()`) the step still feeds (N-1)W tokens and returns one
-#    token. Why is it still exactly one greedy step?
+# 4. With an empty tree but a window (as in tutorial 2) `draft_step` does not take the shortcut
+#    of `plain_step`. What does such a step feed, what does it hand back besides its one token,
+#    and what does the KV cache keep? What does `plain_step` feed?

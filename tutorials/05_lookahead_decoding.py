@@ -130,4 +130,4 @@ plt.show()
 # 3. Sweep W in (1, 2, 4, 8) with G = W and N = 4. Plot S and the wall-clock speedup
 #    against W. Where does the speedup peak on your machine?
 # 4. Compare with prompt lookup decoding (`ladref.prompt_lookup_decode`) on the same prompt:
-#    which tokens does each method get for free? (Tutorial 8 puts four draft sources side by side.)
+#    which tokens does each method get for free? (Tutorial 7 puts four draft sources side by side.)

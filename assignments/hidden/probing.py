@@ -5,7 +5,8 @@ A probe module (``task1_2.py`` ...) defines ``GROUPS = {name: Group(...)}`` and
 timed); each case is a JSON object with an "id" and the inputs.
 `Group.observe` calls the task's functions on one case and returns plain data (lists, numbers,
 strings): the autograder runs it on the reference and on the submission, in separate processes,
-and compares the two answers itself.
+and judges the submission's answer against the reference's itself (`Group.judge`: equal, or
+another judge of ``answer_diff.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ class Group:
         points: the group's weight within its task (the task's points are split by weight).
         visible: shown to students at once (else only after the due date). Visible groups draw
             small random cases anew for every grading run, so that no submission can learn them.
+        judge: how the grader judges each answer against the reference's, by name
+            (``assignments/answer_diff.py``'s ``JUDGES``): "equal" (the default), "modelled_time"
+            (the open task's modelled time), "law" (a chi-square test against the exact law).
     """
 
     observe: Callable[[dict], Any]
     points: int = 1
     visible: bool = False
+    judge: str = "equal"
 
 
 class Operations(TorchDispatchMode):

@@ -2,7 +2,7 @@
 
 A plan case is a step drawn in the reference's run: the frontier and each row's entries (0, then
 a path's step entries, then leftovers past its count, as a verdict leaves them) and count, 1 to K;
-some entries are a column slice (not contiguous). A labelled case fills every layer of a
+some entries are a column slice (not contiguous); a few batches have no row at all (B = 0). A labelled case fills every layer of a
 `BatchCache` with entries named by their row and slot (holes among the committed slots) and
 commits one step. The tensor-program cases run the plan and the commit on meta tensors, for 2B and
 3B rows. A hand-driven case runs `BatchCache` here: a prefill of prompts of different lengths, then
@@ -39,20 +39,20 @@ def new_cache(model: torch.nn.Module, rows: int) -> BatchCache:
     return BatchCache(model, facts, sdpa_backends("auto", facts.device, facts.attention), rows)
 
 
-def plan_case(rng: random.Random, k: int, rows: int, widest: int, furthest: int) -> dict:
-    """A step of 1..`rows` rows, K up to `widest`, the frontier up to `furthest`."""
-    b, depth = rng.randint(1, rows), rng.randint(1, widest)
+def plan_case(rng: random.Random, k: int, rows: int, widest: int, furthest: int, empty: bool = False) -> dict:
+    """A step of 1..`rows` rows (none when `empty`), K up to `widest`, the frontier up to `furthest`."""
+    b, depth = 0 if empty else rng.randint(1, rows), rng.randint(1, widest)
     width = depth + rng.randint(0, 4)  # Q: the step's entries, K of which a row may keep
     counts = [rng.choice([1, depth, rng.randint(1, depth)]) for _ in range(b)]
     entries = [[0, *sorted(rng.sample(range(1, width), c - 1)), *(rng.randrange(width) for _ in range(depth - c))]
                for c in counts]  # the current token's, then a path's (increasing), then leftovers
     return {"id": f"B{b}-K{depth}-{k}", "frontier": rng.randint(0, furthest), "entries": entries, "counts": counts,
-            "sliced": k % 3 == 2}
+            "K": depth, "sliced": k % 3 == 2}
 
 
 def as_tensors(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """The case's (B, K) entries (a column slice of a wider tensor when "sliced") and (B,) counts."""
-    entries = torch.tensor(case["entries"], dtype=torch.long)
+    entries = torch.tensor(case["entries"], dtype=torch.long).view(len(case["counts"]), case["K"])
     entries = torch.nn.functional.pad(entries, (1, 2))[:, 1:-2] if case["sliced"] else entries
     return entries, torch.tensor(case["counts"], dtype=torch.long)
 
@@ -67,10 +67,10 @@ def plan(case: dict) -> dict:
             "arguments unchanged": bool(torch.equal(before[0], entries) and torch.equal(before[1], counts))}
 
 
-def labelled_case(rng: random.Random, k: int, rows: int, widest: int, furthest: int) -> dict:
+def labelled_case(rng: random.Random, k: int, rows: int, widest: int, furthest: int, empty: bool = False) -> dict:
     """A plan case with the slots each row holds before the frontier (holes among them)."""
-    case = plan_case(rng, k, rows, widest, furthest)
-    case["width"] = max(max(row) for row in case["entries"]) + 1 + rng.randint(0, 2)
+    case = plan_case(rng, k, rows, widest, furthest, empty)
+    case["width"] = max((max(row) for row in case["entries"]), default=case["K"] - 1) + 1 + rng.randint(0, 2)
     case["held"] = [[rng.random() < 0.7 for _ in range(case["frontier"])] for _ in case["counts"]]
     return case
 
@@ -265,10 +265,10 @@ GROUPS = {
 def cases(seed: int) -> dict[str, list[dict]]:
     rng = random.Random(seed)
     return {
-        "plan (small steps)": [plan_case(rng, k, 3, 4, 10) for k in range(15)],
-        "plan": [plan_case(rng, k, 12, 16, 300) for k in range(40)],
-        "commit on a labelled cache (small)": [labelled_case(rng, k, 3, 4, 8) for k in range(6)],
-        "commit on a labelled cache": [labelled_case(rng, k, 8, 12, 40) for k in range(15)],
+        "plan (small steps)": [plan_case(rng, k, 3, 4, 10, empty=k == 14) for k in range(15)],
+        "plan": [plan_case(rng, k, 12, 16, 300, empty=k == 39) for k in range(40)],
+        "commit on a labelled cache (small)": [labelled_case(rng, k, 3, 4, 8, empty=k == 5) for k in range(6)],
+        "commit on a labelled cache": [labelled_case(rng, k, 8, 12, 40, empty=k == 14) for k in range(15)],
         "a tensor program: no read back, no loop over rows": [plan_case(rng, k, 4, 5, 10) for k in range(4)],
         "a batch driven by hand (short)": [driven_case(rng, k, 3, 3, 4) for k in range(3)],
         "a batch driven by hand": [driven_case(rng, k, 6, 6, 10) for k in range(9)],

@@ -1,8 +1,9 @@
 """The n-gram pool: n-grams seen so far, keyed by their first token.
 
 Each key keeps at most `capacity` continuations (the n-gram minus its first token), in
-most-recently-used order: adding an n-gram that is already there moves it to the front, and a
-full key drops its least recently used n-gram.
+most-recently-added order: adding an n-gram that is already there moves it to the front, and a
+full key drops its least recently added n-gram. Only adding refreshes an entry: reading a key's
+candidates, or accepting one of them, leaves the order as it is.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class NGramPool:
         entries[rest] = None
         entries.move_to_end(rest, last=False)  # most recent first
         if len(entries) > self.capacity:
-            entries.popitem(last=True)  # drop the least recently used
+            entries.popitem(last=True)  # drop the least recently added
 
     def add_all(self, ngrams: Iterable[Sequence[int]]) -> None:
         for ngram in ngrams:

@@ -8,7 +8,7 @@ B x V x C stamps; for SmolLM2 (V = 49152) with C = 7, N = 4, about 5.5 MB a row.
 
 Adding m n-grams at once (`NGramPool.add` one by one, in order) as tensor operations: a key's
 content after the adds is the C most recently added distinct continuations among what it held and
-what was added (an LRU list of C entries holds exactly its C most recently used items), an
+what was added (a list of C entries that moves each added item to its front holds exactly its C most recently added items), an
 n-gram added again taking its latest time. Every added n-gram's key is rebuilt from those
 candidates at once; adds sharing a key rebuild it to the same content, so their writes agree.
 """

@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 8. Draft trees and other proposers
+# # 7. Draft trees and other proposers
 #
 # The n-gram pool of lookahead decoding is one **draft source**: something that guesses the
 # tokens after the current one. Prompt lookup (copy what followed the same words earlier in the
@@ -477,8 +477,12 @@ table({"suffix": alone, "suffix + memory": remembering})
 # %% [markdown]
 # ## Exercises
 #
-# 1. Reorder the four proposers in section 3. Does the output change? S? The credit in
-#    `accepted_by_source`? Why can the credit change while S cannot?
+# 1. Reverse the order of the four proposers in section 3 (the watcher stays last). Does the
+#    output change? S? The credit in `accepted_by_source`? Two parts of a step depend on the
+#    order: `merge_all` merges the trees first proposer first (a node two sources propose keeps
+#    the first one's name, and the nodes are fed in that order), and `RecyclingProposer.learn`
+#    keeps, for a token fed more than once, the top-k after its last occurrence. Which numbers
+#    can each of them move, and which can neither?
 # 2. Token Recycling's warm start: keep one `RecyclingProposer.for_model(model, warm=True)` and
 #    pass it twice, `recycling_decode(model, prompt, MAX_NEW, proposer=it)`. How does S change on
 #    the second call, and why? Is the second call's output still greedy's?

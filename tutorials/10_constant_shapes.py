@@ -9,7 +9,10 @@
 # ---
 
 # %% [markdown]
-# # 7. Constant shapes: what a compiled lookahead step needs
+# # 10. Constant shapes: what a compiled lookahead step needs
+#
+# *Optional: this tutorial is for readers who want to run lookahead decoding compiled, with CUDA
+# graphs on a GPU; nothing later in the course uses it.*
 #
 # On a GPU a decoding step of a small model is mostly kernel launches, and a **CUDA graph**
 # replays a recorded step's launches as one. A graph replays *exactly* what it recorded, shapes
@@ -200,8 +203,8 @@ print("\n".join(rows) if rows else "No GPU results are committed yet: run benchm
 # %% [markdown]
 # ## Exercises
 #
-# 1. In section 1, which changes the shape more often: g or the cache length? Count the steps
-#    where q changed against the steps where only past + q changed.
+# 1. In section 1, which changes the shape more often: the tree's size n or the cache length?
+#    Count the steps where q changed against the steps where only past + q changed.
 # 2. Pad a step whose tree is empty (`DraftTree.empty()`) to the width of G = 3 n-grams: how
 #    many dummies does it get, what does the mask look like, and what does verification accept
 #    then? (`ladref.verify.verify_greedy` with an empty tree.)
