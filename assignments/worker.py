@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
 
         report.write(json.dumps({"imported": ladref.__file__}) + "\n")
         report.flush()
-        if hasattr(module, "warm_up"):  # slow first imports, done before any case is timed
+        if hasattr(module, "warm_up"):  # slow first imports, before any case is timed (never the submission's code)
             module.warm_up()
         cases = request["cases"]
         if cases is None:

@@ -17,7 +17,8 @@ import torch
 
 from ladref.accept import accept_one, accept_several, check_inputs, point_mass, residual
 
-pytestmark = [pytest.mark.task2_1, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.usefixtures("one_thread")
+task2_1 = pytest.mark.task2_1  # only the tests of accept_one and accept_several: the self-check's score
 
 ALPHA = 1e-3
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)  # target
@@ -126,6 +127,7 @@ def test_the_exact_laws_are_lossless():
             assert torch.allclose(several_law(P, q, k).sum(0), P, atol=1e-15)
 
 
+@task2_1
 @pytest.mark.parametrize("q", [Q, point_mass(2, 6)], ids=["draft_distribution", "point_mass"])
 def test_accept_one_has_the_exact_joint_law(q):
     counts = sample_one(accept_one, P, q, DRAWS, seed=1)
@@ -138,6 +140,7 @@ def test_the_joint_law_test_rejects_a_biased_rule(biased):
     assert chi_square_p(sample_one(biased, P, Q, DRAWS, seed=1), one_law(P, Q)) < ALPHA
 
 
+@task2_1
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_accept_several_has_the_exact_law(k):
     counts = sample_several(accept_several, P, Q, k, DRAWS, seed=10 + k)
@@ -153,6 +156,7 @@ def test_the_token_law_test_rejects_a_biased_multi_draft_rule(k):
     assert chi_square_p(sample_several(biased, P, Q, k, DRAWS, seed=10 + k).sum(0), P) < ALPHA
 
 
+@task2_1
 def test_a_point_mass_draft_is_ladrefs_sampling_chooser_draw_for_draw():
     """q = one-hot(d): accepted with p(d), else drawn from p without d: `SamplingChooser`'s rule."""
     from ladref.sampling import SamplingChooser, Warp  # (imports transformers: only this test needs it)
@@ -168,6 +172,7 @@ def test_a_point_mass_draft_is_ladrefs_sampling_chooser_draw_for_draw():
         assert token == chooser.choose((), scores, [d]) and accepted == (token == d)
 
 
+@task2_1
 def test_draws_come_from_the_generator():
     def run(generator):
         return [accept_several(P, Q, [2, 3], generator) for _ in range(50)]
@@ -181,6 +186,7 @@ def test_draws_come_from_the_generator():
     assert accept_several(P, Q, [], torch.Generator().manual_seed(0))[1] is None  # no drafts: a draw from p
 
 
+@task2_1
 @pytest.mark.parametrize("call, error, match", [
     (lambda: accept_one([0.5, 0.5], Q, 0), TypeError, "p must be a torch.Tensor"),
     (lambda: accept_one(P, torch.tensor([1, 0, 0, 0, 0, 0]), 0), TypeError, "q must be a floating-point tensor"),
@@ -198,11 +204,18 @@ def test_draws_come_from_the_generator():
     (lambda: accept_several(P, Q, [0, -1]), ValueError, r"draft -1 is outside the vocabulary"),
     (lambda: accept_several(P, point_mass(1, 6), [1, 2]), ValueError, r"draft 2 has q\[2\] = 0"),
     (lambda: accept_several(P, Q, 3), TypeError, "drafts must be a sequence of int token ids, got int"),
-    (lambda: residual(Q, Q), ValueError, r"the residual max\(0, p - q\) is empty"),
-    (lambda: point_mass(6, 6), ValueError, r"token 6 is outside the vocabulary \[0, 6\)"),
 ])
 def test_bad_input_gets_a_clear_error(call, error, match):
     with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: residual(Q, Q), r"the residual max\(0, p - q\) is empty"),
+    (lambda: point_mass(6, 6), r"token 6 is outside the vocabulary \[0, 6\)"),
+])
+def test_the_given_helpers_refuse_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
         call()
 
 

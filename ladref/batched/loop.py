@@ -6,6 +6,11 @@ ONE small tensor from the device: which rows stopped, how many nodes the next pa
 it feeds a window, and how far the last step moved the cache's frontier. Rows that stopped leave
 there (their text is set aside on the device); the next pass is laid out with that shape. Each
 row's statistics are logged on the device as the steps go and read once, at the end.
+
+With ``steps_per_read=k`` the host reads once every k steps and the steps between read nothing:
+they feed every proposed node (and the window), the frontier moves past the most entries a step
+can keep, and a row that stops inside the run keeps nothing more until the read drops it (the
+shape of a run of steps captured as one program). The tokens are the same as with one read a step.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import torch
 
 from ..call import check_budget, eos_ids, prompt_ids, sync
+from ..config import check_int
 from ..kernels import sdpa_backends
 from ..results import BatchResult, DecodeResult, DecodeStats
 from ..rows import per_row
@@ -59,7 +65,7 @@ def step_log(outcome: Outcome, cells: int, sources: int) -> torch.Tensor:
 
 def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int | Sequence[int], options: Mapping[str, Any],
                  method: str, sources: Sequence[BatchSource] = (), choice: BatchChoice | None = None,
-                 sampler: object | None = None, extent: int = 0) -> BatchResult:
+                 sampler: object | None = None, extent: int = 0, steps_per_read: int = 1) -> BatchResult:
     """Decode every row of a batch with the batched step until each has stopped.
 
     Args:
@@ -72,8 +78,12 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         choice: what each step feeds; default `FeedAll()`.
         sampler: None for greedy verification, else the batch's sampler.
         extent: positions past the current token a step may touch (checked against the context).
+        steps_per_read: k, the steps between two reads from the device (greedy verification only).
     """
     start, facts = time.perf_counter(), check_model(model)
+    check_int("steps_per_read", steps_per_read, 1)
+    if steps_per_read > 1 and sampler is not None:
+        raise ValueError("steps_per_read > 1 needs greedy verification: a sampled batch reads once a step")
     budgets = per_row("max_new_tokens", budgets, len(prompts))
     for source in sources:
         if not isinstance(source, BatchSource):
@@ -91,22 +101,31 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
             source.begin(state)
         first = None if step.plain else step.plan(state)  # the first drafts, checked before any forward pass
         cache.prefill(rows, backend)
-        finished, log = _run(step, state, len(sources), first)
+        finished, log, passes = _run(step, state, len(sources), first, steps_per_read)
     sync(facts.device)
-    return _results(rows, finished, log, [s.name for s in sources], start, tokenizer, method, any(len(r) > 1 for r in rows))
+    return _results(rows, finished, log, [s.name for s in sources], start, tokenizer, method, passes + any(len(r) > 1 for r in rows))
 
 
-def _run(step: BatchStep, state: BatchState, sources: int,
-         first: Plan | None) -> tuple[dict[int, tuple[int, float, list[int]]], list[list[list[int]]]]:
-    """The loop: plan, read, step, until every row has stopped. Returns each row's (steps, finish time,
-    text) by its index in the batch, and the step log ([step][row] -> `step_log` row; none for plain steps)."""
+def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,
+         every: int = 1) -> tuple[dict[int, tuple[float, list[int]]], list[list[list[int]]], int]:
+    """The loop: plan, read (once every `every` steps), step, until every row has stopped. Returns each
+    row's (finish time, text) by its index in the batch, the step log ([step][row] -> `step_log` row; none
+    for plain steps) and the steps run."""
     size, cells, device = state.size, step.window_cells or 0, state.text.device
-    log = None if step.plain else torch.zeros(int(state.budget.max()) + 1, size, 3 + 2 * sources, dtype=torch.long, device=device)
-    live, finished, steps, advance = list(range(size)), {}, 0, torch.zeros(1, dtype=torch.long, device=device)
+    log = None if step.plain else torch.zeros(int(state.budget.max()) + every, size, 3 + 2 * sources, dtype=torch.long, device=device)
+    live, finished, steps, advance, reach = list(range(size)), {}, 0, torch.zeros(1, dtype=torch.long, device=device), 0
     out_text, out_length = state.text.clone(), state.length.clone()
     while True:
         plan = first if steps == 0 else None if step.plain else step.plan(state)
-        # The one read a step: which rows stopped, and (drafting) the next pass's shape and how far the frontier moved.
+        if steps % every:  # inside a run of steps: no read; every proposed node fed, the frontier past the most a step keeps
+            if plan is not None:
+                step.cache.advance(reach)
+                advance, reach = _step(step, state, plan, plan.feed.shape[1], step.shape is not None, log, steps, cells, sources)
+            else:
+                step.run_plain(state)
+            steps += 1
+            continue
+        # The read: which rows stopped, and (drafting) the next pass's shape and how far the frontier moved.
         read = (state.done if plan is None else torch.cat([state.done.long(), plan.shape, advance])).tolist()
         done = read[: len(live)]
         if plan is not None:
@@ -118,7 +137,7 @@ def _run(step: BatchStep, state: BatchState, sources: int,
             out_text.index_copy_(0, state.rows[gone], state.text[gone])
             out_length.index_copy_(0, state.rows[gone], state.length[gone])
             for i in leave:
-                finished[live[i]] = (steps, time.perf_counter())
+                finished[live[i]] = time.perf_counter()
             live = [row for row, d in zip(live, done) if not d]
             if not live:
                 break
@@ -128,22 +147,30 @@ def _run(step: BatchStep, state: BatchState, sources: int,
         if plan is None:
             step.run_plain(state)
         else:
-            outcome = step.run(state, plan, int(read[-3]), bool(read[-2]))
-            log[steps].index_copy_(0, state.rows, step_log(outcome, cells, sources))
-            advance = outcome.verdict.count.max().view(1)
+            advance, reach = _step(step, state, plan, int(read[-3]), bool(read[-2]), log, steps, cells, sources)
         steps += 1
     texts, lengths = out_text.tolist(), out_length.tolist()
-    return {b: (n, t, texts[b][: lengths[b]]) for b, (n, t) in finished.items()}, ([] if log is None else log[:steps].tolist())
+    return {b: (t, texts[b][: lengths[b]]) for b, t in finished.items()}, ([] if log is None else log[:steps].tolist()), steps
+
+
+def _step(step: BatchStep, state: BatchState, plan: Plan, width: int, window: bool, log: torch.Tensor, steps: int, cells: int,
+          sources: int) -> tuple[torch.Tensor, int]:
+    """One drafting step, logged: returns (1,) how far it moves the frontier (on the device) and the most it can."""
+    outcome = step.run(state, plan, width, window)
+    log[steps].index_copy_(0, state.rows, step_log(outcome, cells, sources))
+    return outcome.verdict.count.max().view(1), outcome.verdict.entries.shape[1]
 
 
 def _results(prompts: Sequence[torch.Tensor], finished: dict, log: list, names: Sequence[str], start: float, tokenizer: Any,
-             method: str, prefilled: bool) -> BatchResult:
-    """Each row's `DecodeResult`, from its text and its rows of the step log."""
-    results, steps = [], 0
+             method: str, passes: int) -> BatchResult:
+    """Each row's `DecodeResult`, from its text and its rows of the step log; `passes`: the batch's."""
+    results = []
     for b, prompt in enumerate(prompts):
-        n, end, text = finished[b]
+        end, text = finished[b]
         stats = DecodeStats(prefill_tokens=prompt.shape[0] - 1, wall_time_s=end - start)
-        for entry in (log[s][b] if log else (1, 1, 0) for s in range(n)):
+        # a row's steps: those in which it kept a token (a stopped row inside a run of steps keeps none)
+        entries = [steps_[b] for steps_ in log if steps_[b][0] > 0] if log else [(1, 1, 0)] * (len(text) - prompt.shape[0])
+        for entry in entries:
             kept, fed, window = entry[:3]
             stats.record(kept, fed, window)
             step: dict[str, list[int]] = {}  # sources of one name count as one (a tree's nodes are named)
@@ -156,5 +183,4 @@ def _results(prompts: Sequence[torch.Tensor], finished: dict, log: list, names: 
         tokens = text[prompt.shape[0]:]
         results.append(DecodeResult(tokens, tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
                                     stats, method))
-        steps = max(steps, n)
-    return BatchResult(results, steps + int(prefilled))
+    return BatchResult(results, passes)

@@ -3,7 +3,8 @@
 A row's text is its prompt followed by the tokens it has kept; its current token (the last one)
 is the next step's first input. A step's accepted tokens are cut by each row's own stopping
 rules (`BatchState.accept`: right after an EOS, at its budget), all rows at once, and a row that
-stops is marked ``done``: the loop reads the flags once a step and drops the finished rows then.
+stops is marked ``done``: the loop reads the flags once a step (or once every few steps, a stopped
+row keeping nothing in between) and drops the finished rows then.
 """
 
 from __future__ import annotations
@@ -80,20 +81,22 @@ class BatchState:
         eos = torch.isin(tokens, self.eos).long()
         through_eos = (eos.cumsum(-1) == eos).sum(-1)  # the tokens up to the first EOS, it included (K: none)
         kept = torch.minimum(torch.minimum(counts, self.budget - self.produced), through_eos)
+        kept = torch.where(self.done, 0, kept)  # a row that stopped inside a run of steps keeps nothing more
         self.text.scatter_(1, self.length[:, None] + torch.arange(tokens.shape[1], device=tokens.device), tokens)  # past kept: scratch
         self.length += kept
         self.produced += kept
-        self.current = tokens.gather(1, kept[:, None] - 1)[:, 0]
+        self.current = torch.where(kept > 0, tokens.gather(1, (kept[:, None] - 1).clamp(min=0))[:, 0], self.current)
         self.done |= (self.produced >= self.budget) | torch.isin(self.current, self.eos)  # a kept EOS is the last kept token
         return kept
 
     def accept_one(self, token: torch.Tensor) -> None:
-        """`accept` for a step of one token a row ((B,) long): every live row keeps it."""
-        self.text.scatter_(1, self.length[:, None], token[:, None])
-        self.length += 1
-        self.produced += 1
-        self.done |= (self.produced >= self.budget) | torch.isin(token, self.eos)
-        self.current = token
+        """`accept` for a step of one token a row ((B,) long): every live row keeps it (a stopped one: nothing)."""
+        live = ~self.done
+        self.text.scatter_(1, self.length[:, None], token[:, None])  # a stopped row's: scratch past its text
+        self.length += live
+        self.produced += live
+        self.done |= (self.produced >= self.budget) | (torch.isin(token, self.eos) & live)
+        self.current = torch.where(live, token, self.current)
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the live rows `keep` ((B',) long indices, in order)."""
