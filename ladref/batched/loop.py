@@ -10,7 +10,9 @@ row's statistics are logged on the device as the steps go and read once, at the 
 With ``steps_per_read=k`` the host reads once every k steps and the steps between read nothing:
 they feed every proposed node (and the window), the frontier moves past the most entries a step
 can keep, and a row that stops inside the run keeps nothing more until the read drops it (the
-shape of a run of steps captured as one program). The tokens are the same as with one read a step.
+shape of a run of steps captured as one program). A run ends before any row can reach its budget
+(each read brings the budgets left), so only an EOS can leave a row idle in a run. The tokens are
+the same as with one read a step.
 """
 
 from __future__ import annotations
@@ -108,16 +110,16 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
 
 def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,
          every: int = 1) -> tuple[dict[int, tuple[float, list[int]]], list[list[list[int]]], int]:
-    """The loop: plan, read (once every `every` steps), step, until every row has stopped. Returns each
-    row's (finish time, text) by its index in the batch, the step log ([step][row] -> `step_log` row; none
-    for plain steps) and the steps run."""
+    """The loop: plan, read (once every `every` steps at most), step, until every row has stopped. Returns
+    each row's (finish time, text) by its index in the batch, the step log ([step][row] -> `step_log` row;
+    none for plain steps) and the steps run."""
     size, cells, device = state.size, step.window_cells or 0, state.text.device
     log = None if step.plain else torch.zeros(int(state.budget.max()) + every, size, 3 + 2 * sources, dtype=torch.long, device=device)
     live, finished, steps, advance, reach = list(range(size)), {}, 0, torch.zeros(1, dtype=torch.long, device=device), 0
-    out_text, out_length = state.text.clone(), state.length.clone()
+    out_text, out_length, next_read = state.text.clone(), state.length.clone(), 0
     while True:
         plan = first if steps == 0 else None if step.plain else step.plan(state)
-        if steps % every:  # inside a run of steps: no read; every proposed node fed, the frontier past the most a step keeps
+        if steps < next_read:  # inside a run of steps: no read; every proposed node fed, the frontier past the most a step keeps
             if plan is not None:
                 step.cache.advance(reach)
                 advance, reach = _step(step, state, plan, plan.feed.shape[1], step.shape is not None, log, steps, cells, sources)
@@ -125,9 +127,10 @@ def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,
                 step.run_plain(state)
             steps += 1
             continue
-        # The read: which rows stopped, and (drafting) the next pass's shape and how far the frontier moved.
-        read = (state.done if plan is None else torch.cat([state.done.long(), plan.shape, advance])).tolist()
-        done = read[: len(live)]
+        # The read: which rows stopped, their budgets left, and (drafting) the next pass's shape and how far the frontier moved.
+        head = torch.cat([state.done.long(), state.budget - state.produced])
+        read = (head if plan is None else torch.cat([head, plan.shape, advance])).tolist()
+        done, left = read[: len(live)], read[len(live) : 2 * len(live)]
         if plan is not None:
             step.cache.advance(read[-1])
         if any(done):
@@ -144,6 +147,8 @@ def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,
             state.select(stay)
             step.select(stay)
             plan = None if plan is None else plan.select(stay)
+        # the next read comes before any row can spend its budget (a step keeps at most deepest + 1 tokens)
+        next_read = steps + min([every] + [-(-r // (step.deepest + 1)) for r, d in zip(left, done) if not d])
         if plan is None:
             step.run_plain(state)
         else:
@@ -169,7 +174,7 @@ def _results(prompts: Sequence[torch.Tensor], finished: dict, log: list, names: 
         end, text = finished[b]
         stats = DecodeStats(prefill_tokens=prompt.shape[0] - 1, wall_time_s=end - start)
         # a row's steps: those in which it kept a token (a stopped row inside a run of steps keeps none)
-        entries = [steps_[b] for steps_ in log if steps_[b][0] > 0] if log else [(1, 1, 0)] * (len(text) - prompt.shape[0])
+        entries = [logged[b] for logged in log if logged[b][0] > 0] if log else [(1, 1, 0)] * (len(text) - prompt.shape[0])
         for entry in entries:
             kept, fed, window = entry[:3]
             stats.record(kept, fed, window)
