@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import kit
 from kit import load
 
 from ladref import LookaheadConfig, greedy_decode, lookahead_decode
@@ -36,17 +37,11 @@ WRONG = {  # lines of the reference's loop and their wrong versions
 
 
 def rewritten(changes: list[tuple[str, str]]) -> str:
-    text = SOURCE
-    for right, wrong in changes:
-        assert text.count(right) == 1, f"the reference's {TASK.module} changed: {right!r}"
-        text = text.replace(right, wrong)
-    return text
+    return kit.rewritten(SOURCE, changes, TASK.module)
 
 
 def loop_of(text: str):
-    namespace: dict = {"__name__": "wrong_minimal"}
-    exec(compile(text, "wrong_minimal.py", "exec"), namespace)  # noqa: S102 - the test's own variants of the reference
-    return namespace["lookahead_decode_minimal"]
+    return kit.defined_in(text, "wrong_minimal.py", "lookahead_decode_minimal")[0]
 
 
 def test_the_probes_count_the_library_steps():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import kit
 from kit import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,18 +54,12 @@ OTHER_DRAWS = [
 
 
 def rewritten(changes: list[tuple[str, str]]) -> str:
-    text = SOURCE
-    for right, wrong in changes:
-        assert text.count(right) == 1, f"the reference's {TASK.module} changed: {right!r}"
-        text = text.replace(right, wrong)
-    return text
+    return kit.rewritten(SOURCE, changes, TASK.module)
 
 
 def rules_of(text: str):
     """(accept_one, accept_several) of a module's source."""
-    namespace: dict = {"__name__": "biased_accept"}
-    exec(compile(text, "biased_accept.py", "exec"), namespace)  # noqa: S102 - the test's own variants of the reference
-    return namespace["accept_one"], namespace["accept_several"]
+    return kit.defined_in(text, "biased_accept.py", "accept_one", "accept_several")
 
 
 def law_cases(seed: int) -> list[tuple[str, dict]]:
