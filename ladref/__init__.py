@@ -28,7 +28,8 @@ order (the tutorials' and the docs'):
    `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
 7. the batch: `ladref.batched` (every row of a batch stepped by one tensor program: `drafts`,
    `layout`, `verify`, `cache`, `state`, `step`, `loop`; the sources' batch forms in
-   `ladref.batched.sources`; adaptive decoding on a batch in `policy` and `acceptance`);
+   `ladref.batched.sources`; adaptive decoding on a batch in `policy` and `acceptance`; the whole
+   step captured as one compiled program over a static cache in `static` and `captured`);
 8. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve),
    `ladref.fast.cost_cache` (curves measured once per machine) and `ladref.fast.surface` (the
    step cost of a batch, t(q, kv, B)), `ladref.fast.acceptance` (what drafts are worth, learned),
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the public names (`x as x`: exported to type checkers), each imported on first use (below)
+    from .batched.captured import CapturedBatchDecoder as CapturedBatchDecoder
     from .config import LookaheadConfig as LookaheadConfig
     from .decode import draft_decode as draft_decode
     from .fast.adaptive import AdaptiveDecoder as AdaptiveDecoder, adaptive_decode as adaptive_decode

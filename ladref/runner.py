@@ -680,3 +680,36 @@ def static_forward(model: torch.nn.Module, cache: StaticCache, input_ids: torch.
         kwargs["cache_position"] = cache_position
     out = model(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask, use_cache=True, **kwargs)
     return out.logits[0, -last:] if last else out.logits[0]
+
+
+def fill_static_cache(cache: StaticCache, stacked: DynamicCache, rows: int, like: DynamicCache) -> int:
+    """Allocate a batch's static buffers, (B, H_kv, M, D) a layer (at the first call), and copy a stacked cache's T slots into the first T.
+
+    Args:
+        cache: a fresh `StaticCache` (`new_static_cache`) of M slots.
+        stacked: the rows' prompts' keys/values, (B, H_kv, T, D) a layer (`stack_caches`), or empty.
+        rows: B.
+        like: any cache of the model holding one entry a layer: its head counts and sizes shape the buffers.
+
+    Returns:
+        T, the slots filled (0 for an empty `stacked`).
+    """
+    filled = 0
+    for i, layer in enumerate(cache.layers):
+        if not layer.is_initialized:  # once: later calls write into the same buffers (a captured graph holds them)
+            shape = like.layers[i]
+            layer.lazy_initialization(shape.keys.expand(rows, -1, -1, -1), shape.values.expand(rows, -1, -1, -1))
+        if i < len(stacked.layers) and stacked.layers[i].keys is not None:
+            keys, values = stacked.layers[i].keys, stacked.layers[i].values
+            filled = keys.shape[-2]
+            layer.keys[:, :, :filled].copy_(keys)
+            layer.values[:, :, :filled].copy_(values)
+    return filled
+
+
+def compact_static_rows(cache: StaticCache, order: torch.Tensor) -> None:
+    """Reorder each batch row's slots in place: row b's slot j takes its slot ``order[b, j]`` ((B, M) long), every layer."""
+    for layer in cache.layers:
+        for full in (layer.keys, layer.values):  # (B, H_kv, M, D)
+            index = order[:, None, :, None].expand(-1, full.shape[1], -1, full.shape[3])
+            full.copy_(full.gather(2, index))

@@ -17,11 +17,24 @@ rows at once, with no loop over rows and nothing read back to the host.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from typing import Any
 
 import torch
+
+
+def cached(method: Callable[[Any], torch.Tensor]) -> property:
+    """`functools.cached_property` without the lock Python 3.11 takes (which torch.compile cannot trace): a
+    property computed at its first read, kept in the instance's ``__dict__`` (frozen dataclasses allow it)."""
+    name = method.__name__
+
+    def get(self: Any) -> torch.Tensor:
+        if name not in self.__dict__:
+            self.__dict__[name] = method(self)
+        return self.__dict__[name]
+
+    return property(get, doc=method.__doc__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,7 +147,7 @@ class Merged:
         return Merged(drafts, *(None if getattr(self, f) is None else getattr(self, f).index_select(0, keep)
                                 for f in ("table", "kept", "canonical", "depth", "ancestors", "same")))
 
-    @cached_property
+    @cached
     def spelled(self) -> torch.Tensor:
         """(B, n, D) long, each proposed node's tokens from itself up to the root (`spell`)."""
         return spell(self.drafts, self.table)
@@ -206,7 +219,7 @@ class Fed:
     def width(self) -> int:
         return self.node.shape[1]
 
-    @cached_property
+    @cached
     def slot(self) -> torch.Tensor:
         """(B, n) long, the position at which every valid proposed node was fed (a merged-away node:
         its canonical node's), -1 where it was not."""

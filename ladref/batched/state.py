@@ -45,15 +45,17 @@ class BatchState:
 
     @classmethod
     def start(cls, prompts: Sequence[torch.Tensor], budgets: Sequence[int], eos: frozenset[int], reach: int,
-              device: torch.device) -> "BatchState":
+              device: torch.device, columns: int | None = None) -> "BatchState":
         """The rows' state before their first step.
 
         Args:
             prompts: B (L_b,) long prompts (checked); budgets: B max_new_tokens.
             reach: the most tokens a step may accept (its deepest draft plus one): room past each budget.
+            columns: X, the text's width (at least what the rows need); default just that, a captured
+                step's the same at every call (a source's shapes follow it).
         """
         lengths = [int(p.shape[0]) for p in prompts]
-        text = torch.zeros(len(prompts), max(lengths) + max(budgets) + reach + 1, dtype=torch.long)
+        text = torch.zeros(len(prompts), max(columns or 0, max(lengths) + max(budgets) + reach + 1), dtype=torch.long)
         for b, prompt in enumerate(prompts):
             text[b, : lengths[b]] = prompt
         length = torch.tensor(lengths, dtype=torch.long)

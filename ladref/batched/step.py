@@ -104,14 +104,12 @@ class BatchStep:
             self.static = ancestor_table(drafts.parents[None], depth)
         return self.static.expand(rows, *self.static.shape[1:])
 
-    @torch.inference_mode()
     def run_plain(self, state: BatchState) -> None:
         """A step with nothing to verify: each row's current token alone, its argmax (or a draw) kept."""
         logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)[:, 0]  # (B, V)
         state.accept_one(logits.argmax(-1) if self.sampler is None else self.sampler.sample(logits))
         self.cache.frontier += 1  # the token's entry is committed where the pass wrote it
 
-    @torch.inference_mode()
     def run(self, state: BatchState, plan: Plan, width: int, window: bool) -> Outcome:
         """Steps 3-6 for a plan whose shape the host has read: `width` nodes, the window or not."""
         fed = compact(plan.merged, plan.feed, width)
@@ -129,7 +127,7 @@ class BatchStep:
             verdict = verify_greedy(preds[:, 0], preds[:, length:], fed, length, self.deepest)
         else:
             verdict = self.sampler.verify(logits[:, 0], logits[:, logits.shape[1] - width:], fed, length, self.deepest)
-        self.cache.commit(verdict.entries, verdict.count)
+        self.cache.commit(verdict.entries, torch.where(state.done, 0, verdict.count))  # a stopped row keeps nothing
         kept = state.accept(verdict.tokens, verdict.count)
         outcome = Outcome(ids, preds, top, length, plan.window if window else None, plan.merged, fed, verdict, kept)
         for source, part in zip(self.sources, plan.parts):

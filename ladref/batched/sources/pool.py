@@ -31,7 +31,8 @@ class BatchPool:
     def __init__(self, rows: int, vocab_size: int, ngram_size: int, capacity: int, device: torch.device) -> None:
         self.tokens = torch.zeros(rows, vocab_size, capacity, ngram_size - 1, dtype=torch.int32, device=device)
         self.stamps = torch.zeros(rows, vocab_size, capacity, dtype=torch.long, device=device)
-        self.clock, self.ngram_size, self.capacity = 0, ngram_size, capacity
+        self.clock = torch.zeros((), dtype=torch.long, device=device)  # on the device: a captured step reads nothing
+        self.ngram_size, self.capacity = ngram_size, capacity
         exact = vocab_size ** (ngram_size - 1) < 2**62  # a continuation written in base V fits 63 bits: compared as one id
         self.radix = vocab_size ** torch.arange(ngram_size - 1, device=device) if exact else None
 
@@ -59,7 +60,7 @@ class BatchPool:
         top, order = stamps.topk(c, dim=-1)  # (B, m, C) the C most recent
         self.tokens[at, keys] = tokens.gather(2, order[..., None].expand(rows, m, c, tokens.shape[-1])).int()
         self.stamps[at, keys] = top
-        self.clock += m
+        self.clock += m  # in place
 
     def seed(self, text: torch.Tensor, length: torch.Tensor) -> None:
         """Add every n-gram of each row's text (its first ``length[b]`` tokens), in order, `CHUNK` at a time."""

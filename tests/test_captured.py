@@ -1,0 +1,160 @@
+"""The whole batched step captured as one program (`ladref.batched.captured.CapturedBatchDecoder`).
+
+Float64 tiny models: every row must equal its batch-1 greedy output exactly, with EOS and budget
+cuts inside a run of steps and the static cache's slots packed when they run short. The property
+tests run the program uncompiled (mode None: the same function, every shape fixed); the compiled
+tests compile it whole (``fullgraph=True``: a graph break fails them) and count what the host does
+between steps.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
+
+from ladref import (CapturedBatchDecoder, JacobiProposer, LookaheadConfig, LookaheadProposer, PromptLookupProposer,
+                    RecyclingProposer, SuffixProposer, greedy_decode)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SOURCES = {  # the proposers of each captured decoder, for a vocabulary of V
+    "greedy": lambda vocab: [],
+    "jacobi": lambda vocab: [JacobiProposer(3)],
+    "prompt_lookup": lambda vocab: [PromptLookupProposer(4)],
+    "lookahead": lambda vocab: [LookaheadProposer(LookaheadConfig(3, 3, 2))],
+    "recycling": lambda vocab: [RecyclingProposer(vocab)],
+    "lookahead+lookup": lambda vocab: [LookaheadProposer(LookaheadConfig(2, 3, 2)), PromptLookupProposer(3)],
+}
+
+
+def greedy(model, batch, budgets, eos=()):
+    return [greedy_decode(model, p, b, eos_token_id=list(eos)).token_ids for p, b in zip(batch, budgets)]
+
+
+def tight(model, proposers, batch, budgets, **kwargs) -> CapturedBatchDecoder:
+    """A decoder whose cache holds exactly the longest prompt + the largest budget + one step (Q learned
+    from a roomy decoder's call): the slots run short whenever the rows keep unequal counts."""
+    roomy = CapturedBatchDecoder(model, proposers, max_length=512, mode=None)
+    roomy([batch[0]], 1)
+    need = max(len(p) for p in batch) + max(budgets) + roomy.step_width
+    return CapturedBatchDecoder(model, proposers, max_length=need, mode=None, **kwargs)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+@settings(max_examples=6, deadline=None)
+@given(architectures, vocab_sizes, seeds, st.data())
+def test_a_captured_batch_equals_greedy_row_by_row(name, arch, vocab, seed, data):
+    model = tiny_model(arch, vocab, seed)
+    batch = data.draw(st.lists(prompts(vocab), min_size=1, max_size=4))
+    budgets = data.draw(st.lists(st.integers(1, 14), min_size=len(batch), max_size=len(batch)))  # budget cuts inside a run
+    eos = data.draw(st.sampled_from([[], [data.draw(st.integers(0, vocab - 1))]]))  # EOS cuts inside a run
+    every = data.draw(st.integers(1, 5))
+    decoder = tight(model, SOURCES[name](vocab), batch, budgets, steps_per_read=every)
+    result = decoder(batch, budgets, eos_token_id=eos)
+    assert result.token_ids == greedy(model, batch, budgets, eos)
+    assert decoder(batch, budgets, eos_token_id=eos).token_ids == result.token_ids  # a second call: the same buffers, reset
+
+
+def test_a_draft_budget_narrows_every_step_and_keeps_greedy():
+    model = tiny_model("gpt2", 16, 2)
+    batch, budgets = [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5], [6]], [18, 12, 15]
+    proposers = SOURCES["lookahead+lookup"](16)
+    full, narrow = (CapturedBatchDecoder(model, proposers, max_length=128, mode=None, draft_budget=b) for b in (None, 2))
+    assert full(batch, budgets).token_ids == narrow(batch, budgets).token_ids == greedy(model, batch, budgets)
+    assert narrow.step_width == 4 + 2 < full.step_width  # the window's (N-1) W = 4 cells, then 2 nodes
+    with pytest.raises(ValueError, match="draft_budget"):
+        CapturedBatchDecoder(model, proposers, max_length=128, draft_budget=0)
+
+
+def test_the_slots_are_packed_when_they_run_short_and_nothing_changes():
+    model = tiny_model("llama", 16, 0)
+    batch, budgets = [[1, 2, 3, 1, 2], [4, 5, 4, 5, 4], [7, 7, 3], [2]], [30, 24, 30, 18]
+    decoder = tight(model, SOURCES["lookahead+lookup"](16), batch, budgets, steps_per_read=3)
+    result = decoder(batch, budgets)
+    assert decoder.compactions > 0  # ragged acceptance left holes that the tight cache had to reclaim
+    assert result.token_ids == greedy(model, batch, budgets)
+
+
+def test_a_row_of_a_captured_batch_has_its_one_prompt_statistics():
+    model = tiny_model("qwen2", 16, 1)
+    batch, budgets = [[1, 2, 3, 1, 2, 3], [5, 5, 5]], [16, 12]
+    result = CapturedBatchDecoder(model, SOURCES["lookahead+lookup"](16), max_length=256, mode=None)(batch, budgets)
+    for row, tokens in zip(result, greedy(model, batch, budgets)):
+        assert row.token_ids == tokens
+        assert sum(row.stats.accepted_per_step) == len(tokens) == row.stats.new_tokens
+        assert set(row.stats.accepted_by_source) <= {"lookahead", "prompt_lookup"}
+    assert result.passes >= max(r.stats.steps for r in result)
+
+
+def host_reads(call) -> tuple[int, int, Counter]:
+    """(tolist/item calls, aten::_local_scalar_dense, the aten ops outside any compiled region) of `call`, under torch.profiler."""
+    calls = [0]
+
+    def count(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") in ("tolist", "item"):
+            calls[0] += 1
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        sys.setprofile(count)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
+    outside = Counter()
+    for event in prof.events():
+        parent, inside = event.cpu_parent, False
+        while parent is not None and not inside:
+            inside = "Compiled" in parent.name or "compiled" in parent.name or parent.name.startswith("aten::")
+            parent = parent.cpu_parent
+        if event.name.startswith("aten::") and not inside:
+            outside[event.name] += 1
+    scalars = sum(e.name == "aten::_local_scalar_dense" for e in prof.events())
+    return calls[0], scalars, outside
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rows", [1, 16])
+def test_a_compiled_captured_step_reads_once_a_run_and_runs_one_graph(rows):
+    torch._dynamo.reset()
+    model = tiny_model("llama", 16, 0)
+    batch = [[1, 2, 3, 1, 2], [4, 5, 4, 5, 4], [7, 7, 3], [2, 9, 2, 9]] * 4
+    batch = batch[:rows]
+    decoder = CapturedBatchDecoder(model, SOURCES["lookahead+lookup"](16), max_length=200, mode="default", steps_per_read=4)
+    short, long = [6] * rows, [60] * rows
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        decoder(batch, short)  # compiles: one graph (fullgraph), and never again for this batch size
+        assert decoder(batch, long).token_ids == greedy(model, batch, long)
+        (calls_a, scalars_a, ops_a), (calls_b, scalars_b, ops_b) = host_reads(lambda: decoder(batch, short)), \
+            host_reads(lambda: decoder(batch, long))
+    steps = decoder(batch, long).passes - decoder(batch, short).passes
+    assert steps >= 8
+    assert scalars_b == scalars_a  # the steps read nothing: the captured program no scalar, ...
+    assert calls_b - calls_a <= -(-steps // 4) + 1  # ... the loop one tensor every 4 steps
+    extra = sum(ops_b.values()) - sum(ops_a.values())
+    print(f"B={rows}: {steps} steps, reads {calls_b - calls_a}, scalar reads {scalars_b - scalars_a}, ops outside {extra}: {ops_b - ops_a}")
+    assert extra <= 4 * steps  # outside the program: the step log's row and the read, a few ops a step
+
+
+def test_captured_decoders_refuse_what_they_cannot_capture():
+    model = tiny_model("llama", 16, 0)
+    with pytest.raises(TypeError, match="SuffixProposer cannot be captured"):
+        CapturedBatchDecoder(model, [SuffixProposer()], max_length=64)
+    with pytest.raises(ValueError, match="steps_per_read"):
+        CapturedBatchDecoder(model, [], max_length=64, steps_per_read=0)
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        CapturedBatchDecoder(model, [], max_length=64, mode="reduce-overhead")
+    decoder = CapturedBatchDecoder(model, SOURCES["lookahead"](16), max_length=24, mode=None)
+    with pytest.raises(ValueError, match="exceeds this decoder's max_length 24"):
+        decoder([[1, 2, 3]], 16)
+    with pytest.raises(ValueError, match="row 1 of the batch"):
+        decoder([[1, 2], [99]], 2)
+    with pytest.raises(ValueError, match="non-empty list of prompts"):
+        decoder([], 2)
+    with pytest.raises(ValueError, match="streamer"):
+        decoder([[1, 2]], 2, streamer=object())
