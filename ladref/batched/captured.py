@@ -47,7 +47,6 @@ from .static import StaticBatchCache
 from .step import BatchStep
 
 
-
 def scalar_kernels(mode: str | None, device: torch.device) -> contextlib.AbstractContextManager:
     """Inductor's CPU kernels unvectorized while the captured step compiles (scoped, never global).
 

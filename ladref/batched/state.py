@@ -55,7 +55,8 @@ class BatchState:
                 step's the same at every call (a source's shapes follow it).
         """
         lengths = [int(p.shape[0]) for p in prompts]
-        text = torch.zeros(len(prompts), max(columns or 0, max(lengths) + max(budgets) + reach + 1), dtype=torch.long)
+        need = max(lengths) + max(budgets) + reach + 1
+        text = torch.zeros(len(prompts), need if columns is None else max(columns, need), dtype=torch.long)
         for b, prompt in enumerate(prompts):
             text[b, : lengths[b]] = prompt
         length = torch.tensor(lengths, dtype=torch.long)
