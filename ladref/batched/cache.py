@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from ..kernels import attention_scope
-from ..runner import ModelFacts, ModelRunner, batch_forward, move_row_slots, new_cache, stack_caches, trim_cache
+from ..runner import DynamicCache, ModelFacts, ModelRunner, batch_forward, move_row_slots, new_cache, stack_caches, trim_cache
 
 
 def ragged_commit_plan(frontier: int, entries: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,6 +47,20 @@ def ragged_commit_plan(frontier: int, entries: torch.Tensor, counts: torch.Tenso
     k = torch.arange(entries.shape[1], device=entries.device)
     targets = (frontier + k).expand_as(entries)
     return torch.where(k < counts[:, None], frontier + entries, targets), targets
+
+
+def prompt_caches(model: torch.nn.Module, facts: ModelFacts, prompts: Sequence[torch.Tensor],
+                  attention_backend: str) -> list[DynamicCache | None]:
+    """Each prompt but its last token cached alone, eagerly (None for a one-token prompt): a batch's prefill."""
+    caches, none = [], torch.zeros(0, dtype=torch.long)
+    for prompt in prompts:
+        if prompt.shape[0] < 2:
+            caches.append(None)
+            continue
+        runner = ModelRunner(model, attention_backend, facts)
+        runner.forward(prompt[:-1], keep=none)
+        caches.append(runner.cache)
+    return caches
 
 
 class BatchCache:
@@ -71,15 +85,7 @@ class BatchCache:
         """Cache each row's prompt but its last token (the first step's input), each prompt alone,
         then stacked (padded to the longest: prompts differ most in length, and a pass padded to
         the longest would make the short ones pay for it)."""
-        caches, none = [], torch.zeros(0, dtype=torch.long)
-        for prompt in prompts:
-            if prompt.shape[0] < 2:
-                caches.append(None)
-                continue
-            runner = ModelRunner(self.model, attention_backend, self.facts)
-            runner.forward(prompt[:-1], keep=none)
-            caches.append(runner.cache)
-        stack_caches(self.cache, caches)
+        stack_caches(self.cache, prompt_caches(self.model, self.facts, prompts, attention_backend))
         lengths = torch.tensor([p.shape[0] - 1 for p in prompts], device=self.facts.device)
         self.frontier = int(max(p.shape[0] for p in prompts)) - 1
         self._room(self.frontier + 1)

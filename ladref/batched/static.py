@@ -26,7 +26,7 @@ import torch
 from ..kernels import attention_scope
 from ..runner import (ModelFacts, ModelRunner, batch_forward, compact_static_rows, fill_static_cache, move_row_slots, new_cache,
                       new_static_cache, set_static_length, stack_caches)
-from .cache import ragged_commit_plan
+from .cache import prompt_caches, ragged_commit_plan
 
 
 class StaticBatchCache:
@@ -53,17 +53,9 @@ class StaticBatchCache:
     def prefill(self, prompts: Sequence[torch.Tensor], attention_backend: str) -> None:
         """Start a call: cache each row's prompt but its last token (each prompt alone, eagerly), copy them
         into the buffers (the same buffers every call), and forget what they held before."""
-        caches, none = [], torch.zeros(0, dtype=torch.long)
-        for prompt in prompts:
-            if prompt.shape[0] < 2:
-                caches.append(None)
-                continue
-            runner = ModelRunner(self.model, attention_backend, self.facts)
-            runner.forward(prompt[:-1], keep=none)
-            caches.append(runner.cache)
         stacked, probe = new_cache(self.model.config), ModelRunner(self.model, attention_backend, self.facts)
-        stack_caches(stacked, caches)
-        probe.forward(torch.zeros(1, dtype=torch.long), keep=none)  # one entry a layer: the buffers' shapes
+        stack_caches(stacked, prompt_caches(self.model, self.facts, prompts, attention_backend))
+        probe.forward(torch.zeros(1, dtype=torch.long), keep=torch.zeros(0, dtype=torch.long))  # one entry a layer: the buffers' shapes
         fill_static_cache(self.cache, stacked, len(prompts), probe.cache)
         lengths = torch.tensor([p.shape[0] - 1 for p in prompts], device=self.facts.device)
         self.bias.fill_(self.low).masked_fill_(torch.arange(self.max_length, device=self.facts.device) < lengths[:, None], 0)
