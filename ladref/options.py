@@ -10,7 +10,7 @@ naming it (`accept`), as Python's own binding would be.
 | --- | --- | --- |
 | `InputOptions` | ``attention_mask`` | every decoder that takes a batch (`ladref.batched`) |
 | `OutputOptions` | ``eos_token_id``, ``tokenizer``, ``streamer`` | every decoder and decoder call |
-| `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones |
+| `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones (the captured batch's too) |
 | `BackendOptions` | ``attention_backend`` | every function decoder (a decoder object takes it when built) |
 """
 
@@ -96,6 +96,11 @@ class CallOptions(OutputOptions, SamplingOptions, total=False):
 
 class BatchCallOptions(InputOptions, CallOptions, total=False):
     """The keywords of a call that takes a batch (`ladref.fast.adaptive.AdaptiveDecoder`): `InputOptions`, `CallOptions`."""
+
+
+class CapturedOptions(OutputOptions, SamplingOptions, BackendOptions, total=False):
+    """The keywords of a captured batch's call (`ladref.CapturedBatchDecoder`): `OutputOptions`,
+    `SamplingOptions`, `BackendOptions`."""
 
 
 class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, BackendOptions, total=False):

@@ -1,11 +1,19 @@
 """The captured batched step on the real model, one prompt at a time: SmolLM2-135M-Instruct on Spec-Bench prompts
-(one per task from the first), captured greedy, lookahead and prompt lookup against `CompiledDecoder`'s
-compiled greedy (each compiled once, out of the clock), interleaved prompt by prompt.
+(the first `--per-task` of each of its six tasks), captured decoders against `CompiledDecoder`'s compiled
+greedy (each compiled once, out of the clock), interleaved prompt by prompt.
 
-    python scripts/captured_specbench.py --prompts 6 >> benchmarks/archive/captured_step/captured_specbench_cpu.log
+    python scripts/captured_specbench.py --per-task 10 >> benchmarks/archive/captured_step/captured_specbench_cpu.log
 
-Prints, per decoder: tokens/s over all prompts, ms a step, tokens a step, its speedup over compiled
-greedy, and how many outputs equal compiled greedy's.
+Decoders (`--decoders`): "compiled greedy" (the baseline, always run), "captured greedy", "captured
+lookahead" (4/4/4), "captured prompt lookup", and "captured adaptive": prompt lookup, the lookahead window
+7/4/7 and Token Recycling (`ladref.fast.adaptive.default_proposers`), chosen by the batch policy on the
+cost curve `--cost` (t(q, kv) measured on this CPU), over the captured node counts `--widths`.
+
+Prints, per decoder: tokens/s over all prompts (prefill included), ms a step, tokens a step, its
+speedup over compiled greedy, how many outputs equal compiled greedy's, and, for a captured
+decoder, the host's time between two of its compiled steps (the loop, the log's row, the reads:
+every gap between the end of one program call and the start of the next inside a call, clocked
+by wrapping the decoder's program in this process).
 """
 
 from __future__ import annotations
@@ -18,29 +26,66 @@ import torch
 from ladref import CapturedBatchDecoder, CompiledDecoder, LookaheadConfig, LookaheadProposer, PromptLookupProposer, load_default_model
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.bench.runinfo import git_commit
+from ladref.fast.adaptive import default_proposers
+from ladref.fast.cost import CostModel
+from ladref.fast.surface import CostSurface
+
+SOURCES = {"captured greedy": lambda model: [], "captured lookahead": lambda model: [LookaheadProposer(LookaheadConfig(4, 4, 4))],
+           "captured prompt lookup": lambda model: [PromptLookupProposer(4)], "captured adaptive": default_proposers}
+
+
+class Clocked:
+    """A callable that keeps the (start, end) time of every call of the one it wraps."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.calls = fn, []
+
+    def __call__(self, *args):
+        start = time.perf_counter()
+        out = self.fn(*args)
+        self.calls.append((start, time.perf_counter()))
+        return out
+
+    def gaps(self) -> list[float]:
+        """The host's time between consecutive calls, then forgets them (one decoder call's)."""
+        gaps = [b[0] - a[1] for a, b in zip(self.calls, self.calls[1:])]
+        self.calls = []
+        return gaps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--per-task", type=int, default=1, help="prompts of each Spec-Bench task (10: all 60 committed)")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--mode", default="default")
     parser.add_argument("--max-length", type=int, default=1024)
+    parser.add_argument("--steps-per-read", type=int, default=1)
+    parser.add_argument("--decoders", default="captured greedy,captured adaptive", help=f"comma-separated, of {sorted(SOURCES)}")
+    parser.add_argument("--cost", default="benchmarks/results/cost/cost_cpu.json", help="the adaptive decoder's t(q, kv)")
+    parser.add_argument("--widths", default="0,2,4,8,16", help="the adaptive decoder's captured node counts")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = load_default_model()
-    ids = [t[0] for t in encode_prompts(tokenizer, load_prompts("specbench", limit=args.prompts))]
+    ids = [t[0] for t in encode_prompts(tokenizer, load_prompts("specbench", limit=args.per_task))]
+    surface = CostSurface.of(CostModel.load(args.cost))
+    widths = [int(w) for w in args.widths.split(",")]
     decoders = {"compiled greedy": CompiledDecoder(model, None, max_length=args.max_length, mode=args.mode)}
-    for name, proposers in [("greedy", []), ("lookahead 4/4/4", [LookaheadProposer(LookaheadConfig(4, 4, 4))]),
-                            ("prompt lookup", [PromptLookupProposer(4)])]:
-        decoders[f"captured {name}"] = CapturedBatchDecoder(model, proposers, max_length=args.max_length, mode=args.mode,
-                                                            steps_per_read=8)
+    for name in args.decoders.split(","):
+        adaptive = {"cost": surface, "widths": widths} if name == "captured adaptive" else {}
+        decoders[name] = CapturedBatchDecoder(model, SOURCES[name](model), max_length=args.max_length, mode=args.mode,
+                                              steps_per_read=args.steps_per_read, **adaptive)
     compile_s = {}
-    for name, decoder in decoders.items():  # compile, out of the clock
+    for name, decoder in decoders.items():  # compile, out of the clock (adaptive: the widths its warm-up prompt used)
         start = time.perf_counter()
-        decoder(ids[0][:8], 4) if isinstance(decoder, CompiledDecoder) else decoder([ids[0][:8]], 4)
+        decoder(ids[0], 16) if isinstance(decoder, CompiledDecoder) else decoder.capture([ids[0]])
         compile_s[name] = time.perf_counter() - start
+        print(f"{name}: compiled in {compile_s[name]:.0f} s", flush=True)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    clocks = {n: Clocked(d.program) for n, d in decoders.items() if isinstance(d, CapturedBatchDecoder)}
+    for name, clocked in clocks.items():
+        decoders[name].program = clocked
+    host = {n: [] for n in clocks}
     seconds = dict.fromkeys(decoders, 0.0)
     steps, tokens, outputs = dict.fromkeys(decoders, 0), dict.fromkeys(decoders, 0), {n: [] for n in decoders}
     for x in ids:  # interleaved, prompt by prompt
@@ -53,19 +98,24 @@ def main() -> None:
                 result = decoder([x], args.new_tokens, eos_token_id=[])
                 steps[name] += result.passes - 1
                 result = result[0]
+                host[name] += clocks[name].gaps()
             seconds[name] += time.perf_counter() - start
             tokens[name] += len(result.token_ids)
             outputs[name].append(result.token_ids)
     print(f"cpu  SmolLM2-135M-Instruct float32, torch {torch.__version__}, {args.threads} threads, mode {args.mode}, "
-          f"{len(ids)} Spec-Bench prompts, {args.new_tokens} new tokens, max_length {args.max_length}; commit {git_commit()}")
-    print("| decoder | tokens/s | ms a step | tokens a step | x compiled greedy | equal to compiled greedy | compile s |")
-    print("|---|---|---|---|---|---|---|")
+          f"{len(ids)} Spec-Bench prompts, {args.new_tokens} new tokens, max_length {args.max_length}, "
+          f"k = {args.steps_per_read}, adaptive widths {widths} priced on {args.cost}; commit {git_commit()}")
+    print(f"programs compiled inside the timed calls: {torch._dynamo.utils.counters['stats']['unique_graphs'] - graphs}")
+    print("| decoder | tokens/s | ms a step | tokens a step | x compiled greedy | equal to compiled greedy | compile s | "
+          "host ms between steps |")
+    print("|---|---|---|---|---|---|---|---|")
     base = tokens["compiled greedy"] / seconds["compiled greedy"]
     for name in decoders:
         rate = tokens[name] / seconds[name]
         equal = sum(a == b for a, b in zip(outputs[name], outputs["compiled greedy"]))
         print(f"| {name} | {rate:.1f} | {1e3 * seconds[name] / steps[name]:.2f} | {tokens[name] / steps[name]:.2f} | "
-              f"{rate / base:.2f}x | {equal}/{len(ids)} | {compile_s[name]:.0f} |", flush=True)
+              f"{rate / base:.2f}x | {equal}/{len(ids)} | {compile_s[name]:.0f} | "
+              f"{1e3 * sum(host[name]) / len(host[name]) if host.get(name) else float('nan'):.3f} |", flush=True)
 
 
 if __name__ == "__main__":

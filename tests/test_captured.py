@@ -18,6 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
 
+from ladref.fast.cost import CostModel
+from ladref.fast.surface import CostSurface
 from ladref import (CapturedBatchDecoder, JacobiProposer, LookaheadConfig, LookaheadProposer, PromptLookupProposer,
                     RecyclingProposer, SuffixProposer, greedy_decode)
 
@@ -43,7 +45,7 @@ def tight(model, proposers, batch, budgets, **kwargs) -> CapturedBatchDecoder:
     roomy = CapturedBatchDecoder(model, proposers, max_length=512, mode=None)
     roomy([batch[0]], 1)
     need = max(len(p) for p in batch) + max(budgets) + roomy.step_width
-    return CapturedBatchDecoder(model, proposers, max_length=need, mode=None, **kwargs)
+    return CapturedBatchDecoder(model, proposers, max_length=need, **{"mode": None, **kwargs})
 
 
 @pytest.mark.parametrize("name", SOURCES)
@@ -59,6 +61,45 @@ def test_a_captured_batch_equals_greedy_row_by_row(name, arch, vocab, seed, data
     result = decoder(batch, budgets, eos_token_id=eos)
     assert result.token_ids == greedy(model, batch, budgets, eos)
     assert decoder(batch, budgets, eos_token_id=eos).token_ids == result.token_ids  # a second call: the same buffers, reset
+
+
+COSTS = {  # synthetic t(q) / t(1): drafting free, dear, and in between
+    "flat": {1: 1.0, 128: 1.001},
+    "steep": {1: 1.0, 2: 40.0, 128: 5000.0},
+    "ridge": {1: 1.0, 4: 1.05, 8: 1.2, 16: 1.6, 32: 2.5, 128: 9.0},
+}
+
+
+def adaptive(model, batch, budgets, cost, widths=None, **kwargs) -> CapturedBatchDecoder:
+    return tight(model, SOURCES["lookahead+lookup"](model.config.vocab_size), batch, budgets,
+                 cost=CostSurface.of(CostModel.from_ratios(COSTS[cost])), widths=widths, **kwargs)
+
+
+@settings(max_examples=8, deadline=None)
+@given(architectures, vocab_sizes, seeds, st.sampled_from(sorted(COSTS)), st.data())
+def test_a_captured_adaptive_batch_equals_greedy_row_by_row(arch, vocab, seed, cost, data):
+    model = tiny_model(arch, vocab, seed)
+    batch = data.draw(st.lists(prompts(vocab), min_size=1, max_size=4))
+    budgets = data.draw(st.lists(st.integers(1, 14), min_size=len(batch), max_size=len(batch)))
+    eos = data.draw(st.sampled_from([[], [data.draw(st.integers(0, vocab - 1))]]))
+    widths = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=3))  # the captured node counts
+    decoder = adaptive(model, batch, budgets, cost, widths, steps_per_read=data.draw(st.integers(1, 4)))
+    assert decoder(batch, budgets, eos_token_id=eos).token_ids == greedy(model, batch, budgets, eos)
+    nodes = decoder.policy.limit[0]
+    assert nodes in widths or nodes == decoder.draft_width  # a captured width, or every node (wished beyond them all)
+
+
+def test_a_captured_adaptive_batch_drafts_only_where_the_surface_makes_it_pay():
+    model = tiny_model("llama", 16, 0)
+    batch, budgets = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 4, 5, 4, 5]], [24, 24]
+    fed = {}
+    for cost in ("flat", "steep"):
+        result = adaptive(model, batch, budgets, cost, steps_per_read=2)(batch, budgets, eos_token_id=[])
+        assert result.token_ids == greedy(model, batch, budgets)
+        fed[cost] = [sum(r.stats.forward_tokens_per_step) / r.stats.steps for r in result]
+        assert result.rows[0].method == "captured_adaptive"
+    assert all(f == 1.0 for f in fed["steep"])  # every extra token dearer than it can pay: the current token alone
+    assert all(f > 2.0 for f in fed["flat"])  # free: the window and the drafts
 
 
 def test_a_draft_budget_narrows_every_step_and_keeps_greedy():
@@ -141,6 +182,28 @@ def test_a_compiled_captured_step_reads_once_a_run_and_runs_one_graph(rows):
     assert extra <= 4 * steps  # outside the program: the step log's row and the read, a few ops a step
 
 
+@pytest.mark.slow
+def test_compiled_captured_adaptive_runs_its_captured_widths_and_reads_once_a_step():
+    torch._dynamo.reset()
+    model = tiny_model("llama", 16, 0)
+    batch, budgets = [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5, 4], [7, 7, 3], [2, 9, 2, 9]], [40] * 4
+    decoder = CapturedBatchDecoder(model, SOURCES["lookahead+lookup"](16), max_length=200, mode="default", steps_per_read=1,
+                                   cost=CostSurface.of(CostModel.from_ratios(COSTS["ridge"])), widths=(2,))  # roomy: no compaction
+    graphs = torch._dynamo.utils.counters["stats"]
+    decoder.capture(batch)  # every program of this batch size: 2 nodes and every node, each with and without the window
+    compiled = graphs["unique_graphs"]
+    assert compiled == 2 * 2
+    result = decoder(batch, budgets, eos_token_id=[])
+    assert result.token_ids == greedy(model, batch, budgets)
+    short = [8] * 4
+    (calls_a, scalars_a, _), (calls_b, scalars_b, _) = (host_reads(lambda: decoder(batch, b, eos_token_id=[])) for b in (short, budgets))
+    steps = decoder(batch, budgets, eos_token_id=[]).passes - decoder(batch, short, eos_token_id=[]).passes
+    assert graphs["unique_graphs"] == compiled  # the same shapes again: nothing compiled
+    assert steps >= 8 and scalars_b == scalars_a  # the steps read no scalar ...
+    assert calls_b - calls_a <= steps  # ... and the loop one tensor a step: the stop flags and the policy's width
+    print(f"{compiled} programs, {steps} more steps, {calls_b - calls_a} more reads")
+
+
 def test_captured_decoders_refuse_what_they_cannot_capture():
     model = tiny_model("llama", 16, 0)
     with pytest.raises(TypeError, match="SuffixProposer cannot be captured"):
@@ -158,3 +221,12 @@ def test_captured_decoders_refuse_what_they_cannot_capture():
         decoder([], 2)
     with pytest.raises(ValueError, match="streamer"):
         decoder([[1, 2]], 2, streamer=object())
+    surface = CostSurface.of(CostModel.from_ratios(COSTS["flat"]))
+    with pytest.raises(TypeError, match="cost must be a CostSurface"):
+        CapturedBatchDecoder(model, SOURCES["lookahead"](16), max_length=64, cost=CostModel.from_ratios(COSTS["flat"]))
+    with pytest.raises(ValueError, match="needs draft sources"):
+        CapturedBatchDecoder(model, [], max_length=64, cost=surface)
+    with pytest.raises(TypeError, match="widths must be"):
+        CapturedBatchDecoder(model, SOURCES["lookahead"](16), max_length=64, cost=surface, widths=4)
+    with pytest.raises(ValueError, match="a width must be >= 0"):
+        CapturedBatchDecoder(model, SOURCES["lookahead"](16), max_length=64, cost=surface, widths=[2, -1])

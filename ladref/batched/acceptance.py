@@ -65,7 +65,7 @@ class Acceptance:
         self.window_source, self.depth = window_source, depth
         self.ring: dict[str, torch.Tensor] | None = None  # the pending proposals: (P, B, ...) each
         self.won: torch.Tensor | None = None
-        self.slot = 0
+        self.slot = torch.zeros((), dtype=torch.long, device=device)  # proposals remembered so far
         self.seen: torch.Tensor | None = None  # (B,) each row's text length when the last proposal was made
 
     @property
@@ -102,21 +102,19 @@ class Acceptance:
             width = key.shape[1]
             self.ring = {name: torch.zeros((self.depth + 1, *t.shape[:1], width, *t.shape[2:]) if t.dim() > 1 else
                                            (self.depth + 1, *t.shape), dtype=t.dtype, device=t.device) for name, t in entry.items()}
-        at = self.slot % (self.depth + 1)
+        at = (self.slot % (self.depth + 1))[None]  # (1,) a tensor: a captured step keeps one program at every slot
         self._settle(at)
         for name, value in entry.items():
-            target = self.ring[name][at]
-            if value.dim() == 1 or value.shape[1] == target.shape[1]:
-                target.copy_(value)
-            else:  # narrower proposals than the ring's: the rest of the slot stays empty
-                target.zero_()
-                target[:, : value.shape[1]] = value
-        self.won[at] = 0
+            ring = self.ring[name]
+            if value.dim() > 1 and value.shape[1] < ring.shape[2]:  # narrower proposals than the ring's: the rest stays empty
+                value = torch.cat([value, value.new_zeros(value.shape[0], ring.shape[2] - value.shape[1], *value.shape[2:])], 1)
+            ring.index_copy_(0, at, value[None])
+        self.won.index_fill_(0, at, 0)
         self.slot += 1
         self.expected += expected
         self.seen = length
 
-    def _settle(self, at: int) -> None:
+    def _settle(self, at: torch.Tensor) -> None:
         """Slot `at`'s proposals are all judged (a node is at most D deep): the window's value moves
         toward what the window's source matched beyond the best other source (0 for a slot never used)."""
         if self.won is None:
@@ -125,7 +123,7 @@ class Acceptance:
             return
         if self.window_source < 0:
             return
-        won = self.won[at]
+        won = self.won.index_select(0, at)[0]
         others = torch.cat([won[:, : self.window_source], won[:, self.window_source + 1 :]], dim=1)
         best = others.max(-1).values if others.shape[1] else torch.zeros_like(won[:, 0])
         self.window_value = 0.9 * self.window_value + 0.1 * (won[:, self.window_source] - best).clamp(min=0)

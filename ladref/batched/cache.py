@@ -134,6 +134,11 @@ class BatchCache:
             move_row_slots(self.cache, *ragged_commit_plan(t, entries, counts))
         self.bias[:, t : t + k].masked_fill_(torch.arange(k, device=counts.device) < counts[:, None], 0)  # the rest stays hidden
 
+    @property
+    def attended(self) -> int:
+        """The slots a pass attends to: the frontier (what a step is priced at)."""
+        return self.frontier
+
     def advance(self, by: int) -> None:
         """Move the frontier past the longest row's committed entries (cutting the rest of the last step)."""
         self.frontier += by

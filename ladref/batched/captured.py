@@ -17,13 +17,15 @@ So the step is one function of tensors (`captured_step`), compiled whole (``torc
 of them (`steps_per_read`) and then reads ONE small tensor: every row's stop flag, its budget left
 and the frontier. A run ends before any row can spend its budget and before the cache's slots
 run out (then `StaticBatchCache.compact` packs every row's slots to the front), so only an EOS
-leaves a row idle in a run. Greedy verification only: sampling inside a run needs a device
-generator, not written yet.
+leaves a row idle in a run. A sampled step draws from `ladref.batched.noise.KeyedNoise` (a hash
+of seed, step, row and index, its counter on the device), since a `torch.Generator` cannot be
+captured: the same seed gives the same tokens compiled or not. Adaptive decoding (``cost``) runs
+the batch's policy inside the program, within its width; the read brings the policy's widest wish
+too, and the next run takes the narrowest captured width that holds it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 
@@ -33,13 +35,18 @@ from typing_extensions import Unpack
 from ..call import eos_ids, sync
 from ..config import check_int
 from ..kernels import sdpa_backends
-from ..options import BaselineOptions, accept
+from ..options import CapturedOptions, accept
 from ..proposer import Proposer, check_proposers, step_needs
 from ..results import BatchResult
 from ..rows import per_row
 from ..runner import check_model
 from ..fast.compiling import check_mode, compile_own, compile_scope
-from .loop import _results, check_rows, step_log
+from ..fast.policy import PolicySettings
+from ..fast.surface import CostSurface
+from .loop import _results, check_rows
+from .policy import BatchPolicy
+from .program import capturable, captured_step, check_node_widths
+from .sample import KeyedSampler
 from .source import FeedAll
 from .sources import batched_sources
 from .state import BatchState
@@ -47,46 +54,8 @@ from .static import StaticBatchCache
 from .step import BatchStep
 
 
-def scalar_kernels(mode: str | None, device: torch.device) -> contextlib.AbstractContextManager:
-    """Inductor's CPU kernels unvectorized while the captured step compiles (scoped, never global).
-
-    With SmolLM2-135M and lookahead 4/4/4 (torch 2.13), the vectorized form of the fused
-    verify-and-commit kernel failed one of its own index checks, where the same graph ran correctly
-    with scalar kernels, under ``aot_eager``, and eagerly (`scripts/captured_specbench.py`). The
-    model's GEMMs are library calls either way.
-    """
-    if mode is None or device.type != "cpu":
-        return contextlib.nullcontext()
-    return torch._inductor.config.patch({"cpp.simdlen": 1})
-
-
-def capturable() -> tuple[type, ...]:
-    """The proposers whose batch forms keep one shape from step to step (the only ones a captured step takes)."""
-    from ..sources.jacobi import JacobiProposer
-    from ..sources.lookahead import LookaheadProposer
-    from ..sources.prompt_lookup import PromptLookupProposer
-    from ..sources.recycling import RecyclingProposer
-
-    return JacobiProposer, PromptLookupProposer, LookaheadProposer, RecyclingProposer
-
-
-def captured_step(step: BatchStep, state: BatchState, nodes: int, cells: int, sources: int) -> torch.Tensor:
-    """One step of every row, its first `nodes` proposed nodes (`FeedAll`) and the window fed, nothing read back.
-
-    Returns:
-        (B, 3 + 2S) long, the step's log (`ladref.batched.loop.step_log`); (B, 1), the tokens kept, for a plain step.
-    """
-    if step.plain:  # greedy decoding: the current token alone
-        before = state.produced.clone()
-        step.run_plain(state)
-        return (state.produced - before)[:, None]
-    plan = step.plan(state)
-    outcome = step.run(state, plan, nodes, step.shape is not None)
-    return step_log(outcome, cells, sources)
-
-
 class CapturedBatchDecoder:
-    """Greedy or drafting decoding of a batch, each step one compiled program over a static cache.
+    """Greedy, sampled or drafting decoding of a batch, each step one compiled program over a static cache.
 
     Args:
         model: a decoder-only transformers model (eager or SDPA attention, full-attention cache).
@@ -99,10 +68,19 @@ class CapturedBatchDecoder:
         steps_per_read: k, the captured steps between two reads from the device.
         draft_budget: the most draft nodes a row feeds a step (its first ones, parents before
             children: `FeedAll`); None: every proposed node. A smaller step for a larger batch.
+        cost: a `ladref.fast.surface.CostSurface`: adaptive decoding. Each row's nodes and window
+            are chosen on the device (`ladref.batched.policy.BatchPolicy`, its steps priced at M
+            slots, what a static pass attends to), within the captured program's width; the host
+            reads the widest choice with the stop flags and runs the next steps at the narrowest
+            captured width that holds it. None: every node fed (`FeedAll`).
+        widths: the draft-node counts captured for adaptive decoding, each with and without the
+            window, and every node: one program each, compiled at its first use or all at once by
+            `capture`. Default 0, 1, 2, 4, ..., 64.
 
     Attributes:
         step_width: Q, the tokens of every step (the window or the current token, and every
-            proposed node), known once a call has run.
+            proposed node; adaptive: of the widest step), known once a call has run.
+        draft_width: the draft nodes of those (every proposed node, at most `draft_budget`).
         compactions: how often a call's slots ran short and were packed (`StaticBatchCache.compact`).
 
     Example:
@@ -111,7 +89,8 @@ class CapturedBatchDecoder:
     """
 
     def __init__(self, model: torch.nn.Module, proposers: Sequence[Proposer] = (), *, max_length: int,
-                 mode: str | None = "default", steps_per_read: int = 8, draft_budget: int | None = None) -> None:
+                 mode: str | None = "default", steps_per_read: int = 8, draft_budget: int | None = None,
+                 cost: CostSurface | None = None, widths: Sequence[int] | None = None) -> None:
         self.facts = check_model(model)
         self.proposers = check_proposers(list(proposers)) if proposers else []
         captured = capturable()
@@ -124,6 +103,11 @@ class CapturedBatchDecoder:
         if draft_budget is not None:
             check_int("draft_budget", draft_budget, 1)
         self.draft_budget = draft_budget
+        if cost is not None and not isinstance(cost, CostSurface):
+            raise TypeError(f"cost must be a CostSurface (ladref.fast.surface), got {type(cost).__name__}")
+        if cost is not None and not self.proposers:
+            raise ValueError("adaptive decoding (cost=...) needs draft sources: pass proposers")
+        self.cost, self.widths = cost, check_node_widths(widths)
         check_mode(mode, self.facts.device)
         self.model, self.max_length, self.mode, self.every = model, max_length, mode, steps_per_read
         self.depth = max((s.depth for s in batched_sources(self.proposers, 0, self.facts.vocab_size)), default=0)
@@ -131,21 +115,28 @@ class CapturedBatchDecoder:
         self.program = compile_own(captured_step, "captured_batch_step", mode, self.facts.device)
         self.caches: dict[int, StaticBatchCache] = {}  # one per batch size: the program's graph holds its buffers
         self.step_width: int | None = None  # Q, known at the first call
+        self.draft_width: int | None = None  # the draft nodes of the widest step, known at the first call
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
+        self.policy: BatchPolicy | None = None  # the last adaptive call's
+        self._forced: tuple[int, bool] | None = None  # `capture`'s shape for every step of a call
 
     @property
     def method(self) -> str:
-        return "captured_greedy" if not self.proposers else "captured_" + "+".join(p.name for p in self.proposers)
+        if not self.proposers:
+            return "captured_greedy"
+        return "captured_" + ("adaptive" if self.cost is not None else "+".join(p.name for p in self.proposers))
 
     def __call__(self, prompts: Sequence[object], max_new_tokens: int | Sequence[int] = 64,
-                 **options: Unpack[BaselineOptions]) -> BatchResult:
-        """Decode every prompt; each row's tokens identical to its `greedy_decode` (exactly in float64).
+                 **options: Unpack[CapturedOptions]) -> BatchResult:
+        """Decode every prompt; each row's tokens identical to its `greedy_decode` (exactly in float64),
+        or, with ``do_sample=True``, drawn as ordinary sampling draws them (`KeyedSampler`).
 
         Args:
             prompts: B prompts (lists of ints or (L,) / (1, L) tensors); max_new_tokens: one budget or B.
-            **options: ``eos_token_id``, ``tokenizer``, ``attention_backend``.
+            **options: ``eos_token_id``, ``tokenizer``, ``attention_backend``, and the sampling keywords
+                (``do_sample``, ``temperature``, ``top_k``, ``top_p``; ``generator`` draws the call's seed).
         """
-        accept("CapturedBatchDecoder.__call__", options, BaselineOptions)
+        accept("CapturedBatchDecoder.__call__", options, CapturedOptions)
         if options.get("streamer") is not None:
             raise ValueError("a captured batch takes no streamer: its rows' tokens are read once they have all stopped")
         start = time.perf_counter()
@@ -154,27 +145,33 @@ class CapturedBatchDecoder:
         budgets = per_row("max_new_tokens", max_new_tokens, len(prompts))
         rows = check_rows(self.facts, prompts, budgets, self.reach)
         eos = eos_ids(self.model, self.facts.vocab_size, options.get("eos_token_id"), options.get("tokenizer"))
+        sampler = KeyedSampler.from_options(options, self.facts.device)
         with torch.no_grad():  # not inference mode: torch.compile's functionalization cannot take inference tensors' views
             sources = batched_sources(self.proposers, self.depth, self.facts.vocab_size)
             columns = self.max_length + self.depth + 2  # the text's width, the same at every call
             state = BatchState.start(rows, budgets, eos, self.depth + 1, self.facts.device, columns)
             cache = self._cache(len(rows), options.get("attention_backend", "auto"))
-            step = BatchStep(cache, sources, FeedAll(self.draft_budget))
+            step = BatchStep(cache, sources, FeedAll(self.draft_budget), sampler)
             for source in sources:
                 source.begin(state)
-            nodes = 0 if step.plain else self._nodes(step, state)
+            nodes = self.draft_width = 0 if step.plain else self._nodes(step, state)
             width = self.step_width = (step.shape.length if step.shape is not None else 1) + nodes
             need = max(r.shape[0] for r in rows) + max(budgets) + width
             if need > self.max_length:
                 raise ValueError(f"the longest prompt ({max(r.shape[0] for r in rows)}) + max_new_tokens ({max(budgets)}) + the "
                                  f"step's width ({width}) = {need} exceeds this decoder's max_length {self.max_length}")
             cache.prefill(rows, options.get("attention_backend", "auto"))
+            if self.cost is not None:  # the choice from the first step on: the eager plan above only sized the step
+                step.choice = self.policy = BatchPolicy(self.cost, len(rows), [s.name for s in sources], step.deepest,
+                                                        PolicySettings(), self.facts.device)
+                self.policy.wanted = torch.tensor([nodes, 1], device=self.facts.device)  # the first run: every node, the window
             log, steps = self._run(step, state, nodes, width, len(sources))
         sync(self.facts.device)
         names = [s.name for s in sources]
         finished = {b: (time.perf_counter(), t) for b, t in enumerate(self._texts(state))}
         entries = log[:steps].tolist() if sources else []
-        return _results(rows, finished, entries, names, start, options.get("tokenizer"), self.method,
+        method = "captured_sample" if sampler is not None and not self.proposers else self.method
+        return _results(rows, finished, entries, names, start, options.get("tokenizer"), method,
                         steps + any(len(r) > 1 for r in rows))
 
     def _cache(self, rows: int, backend: str) -> StaticBatchCache:
@@ -195,10 +192,13 @@ class CapturedBatchDecoder:
         log = torch.zeros(int(state.budget.max()) + self.every, state.size, 3 + 2 * sources if sources else 1, dtype=torch.long,
                           device=state.text.device)
         steps = 0
-        with compile_scope(self.mode), scalar_kernels(self.mode, self.facts.device):
+        programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.widths) + 1))  # one a captured width
+        with compile_scope(self.mode), programs:
             while True:
-                read = torch.cat([state.done.long(), state.budget - state.produced, cache.frontier[None]]).tolist()  # the read
-                done, left, frontier = read[: state.size], read[state.size : 2 * state.size], read[-1]
+                wish = [] if self.policy is None else [self.policy.wanted]  # the policy's widest choice, as (nodes, window)
+                read = torch.cat([state.done.long(), state.budget - state.produced, cache.frontier[None]] + wish).tolist()  # the read
+                done, left, frontier, wanted = read[: state.size], read[state.size : 2 * state.size], read[2 * state.size], \
+                    read[2 * state.size + 1 :]
                 if all(done):
                     return log, steps
                 if frontier + width > self.max_length:  # no room for one more step: pack every row's slots to the front
@@ -209,9 +209,37 @@ class CapturedBatchDecoder:
                 if room < 1:  # cannot happen when the call's check passed: a row holds at most prompt + budget slots
                     raise RuntimeError(f"no room for a step of {width} tokens after {frontier} of {self.max_length} slots")
                 run = min([self.every, room] + [-(-r // reach) for r, d in zip(left, done) if not d])
-                for _ in range(run):
-                    log[steps] = self.program(step, state, nodes, step.window_cells or 0, sources)
+                shape = self._shape(step, nodes, wanted)
+                for _ in range(run):  # the first step eagerly: it makes the state the program reads (tables, rings)
+                    program = captured_step if steps == 0 else self.program
+                    log[steps] = program(step, state, *shape, step.window_cells or 0, sources)
                     steps += 1
+
+    def _shape(self, step: BatchStep, nodes: int, wanted: list[int]) -> tuple[int, bool]:
+        """(nodes, window) of the next run's program: every node and the window (`FeedAll`), or the
+        narrowest captured width holding the policy's widest wish, which then chooses within it."""
+        if self.policy is None:
+            return nodes, step.shape is not None
+        fit = min([w for w in self.widths if w >= wanted[0]] + [nodes])
+        self.policy.limit = self._forced or (min(fit, nodes), bool(wanted[1]) and step.shape is not None)
+        return self.policy.limit
+
+    def capture(self, prompts: Sequence[object]) -> float:
+        """Compile now every program an adaptive decoder can run for a batch of ``len(prompts)`` rows,
+        rather than at first use inside a call. It makes a short call of `prompts` at each captured
+        width, with and without the window, and returns the seconds taken. Without `cost` the decoder
+        has one program, and any call compiles it."""
+        start = time.perf_counter()
+        self(prompts, 3, eos_token_id=[])
+        windows = (False, True) if self.step_width > 1 + self.draft_width else (False,)  # a window's cells, or none
+        shapes = {(min(w, self.draft_width), window) for w in (*self.widths, self.draft_width) for window in windows} if self.cost else set()
+        try:
+            for shape in sorted(shapes):
+                self._forced = shape
+                self(prompts, 3, eos_token_id=[])  # the first step eager, the next ones this shape's program
+        finally:
+            self._forced = None
+        return time.perf_counter() - start
 
     @staticmethod
     def _texts(state: BatchState) -> list[list[int]]:

@@ -184,7 +184,7 @@ def merge(drafts: Drafts, table: torch.Tensor) -> Merged:
     spelled = spell(drafts, table)
     code = path_code(spelled)  # (B, n)
     same = (code[:, :, None] == code[:, None, :]) & drafts.valid[:, None, :] & drafts.valid[:, :, None]  # (B, n, n)
-    first = same.to(torch.int8).argmax(-1)  # the first node of each path (of each code: checked below)
+    first = torch.where(same, slots, n).amin(-1).clamp(max=n - 1)  # the first node of each path (of each code: checked below)
     exact = (spelled.gather(1, first[..., None].expand_as(spelled)) == spelled).all(-1)
     canonical = torch.where(drafts.valid & exact, first, slots)
     canon = torch.cat([canonical, canonical.new_full((rows, 1), n)], dim=1)

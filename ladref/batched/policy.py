@@ -63,6 +63,8 @@ class BatchPolicy:
         self.tokens = torch.ones(rows, dtype=torch.float64, device=device)  # tokens per step each row yields (running)
         self.own = torch.ones(rows, dtype=torch.long, device=device)  # the width each row feeds for its own sake
         self._curve: tuple[tuple[int, int], torch.Tensor] | None = None
+        self.limit: tuple[int, bool] | None = None  # (nodes, window): the most a captured program feeds (None: no limit)
+        self.wanted = torch.zeros(2, dtype=torch.long, device=device)  # (2,) the widest choice without the limit, as Plan.shape
 
     def times(self, rows: int, kv: int) -> torch.Tensor:
         """(M,) float64 t(q, kv) of a pass of `rows` rows for q = 1..M (M: the widest measured)."""
@@ -95,6 +97,7 @@ class BatchPolicy:
         floors = torch.stack([floor, torch.ones_like(floor)], dim=1)  # the pass's width anyway, and 1: this row's own choice
         (b, window), probe = self.search(expected, merged.kept.sum(-1), window_cells, others, floors, rows, kv)
         self.own = 1 + b[:, 1] + window[:, 1] * (window_cells or 0)
+        self.wanted = torch.stack([(b[:, 2] * live).max(), (window[:, 2].bool() & live).any().long()])
         rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(rows, n))
         self.acceptance.remember(merged, key, first, rank < probe[:, None], expected.gather(1, probe[:, None])[:, 0],
                                  state.length - 1, state.length)
@@ -110,7 +113,8 @@ class BatchPolicy:
             others: (B,) the other rows' expected tokens; floors: (B, F) widths the pass has anyway.
 
         Returns:
-            ((B, F) b, (B, F) window), (B,) the probe's b.
+            ((B, F + 1) b, (B, F + 1) window), (B,) the probe's b; the last column: the first floor's
+            best without `limit` (what a captured program of another width would feed).
         """
         times = self.times(rows, kv)
         widest, b = times.shape[0], torch.arange(expected.shape[1], device=expected.device)
@@ -120,7 +124,10 @@ class BatchPolicy:
         gain = (others[:, None] + 1.0 + self.acceptance.trust[:, None] * expected)[:, None, None, :]  # (B, 1, 1, n + 1)
         width = torch.maximum(q, floors[:, :, None, None]).clamp(max=widest)  # (B, F, O, n + 1)
         rate = (gain + bonus[:, None, :, None]) / times[width - 1]
-        rates = torch.where((b <= count[:, None, None, None]) & (q <= widest), rate, -1.0).flatten(2)  # ties to the wider
+        rate = torch.where((b <= count[:, None, None, None]) & (q <= widest), rate, -1.0)
+        nodes, window = (b.shape[0], True) if self.limit is None else self.limit
+        fits = (b <= nodes) & ((cells == 0) | window)[:, None]  # (O, n + 1) what this program feeds
+        rates = torch.cat([torch.where(fits, rate, -1.0), rate[:, :1]], dim=1).flatten(2)  # ties to the wider
         choice = best(rates.flatten(0, 1)).view(rates.shape[:2])
         draft_only = torch.where(b >= 1, rates[:, 0, : b.shape[0]], -1.0)
         probe = torch.where(draft_only.max(-1).values > 0, draft_only.argmax(-1), 0)

@@ -20,6 +20,7 @@ import torch
 
 from ..sampling import make_chooser
 from .drafts import Fed
+from .noise import KeyedNoise
 from .verify import Verdict, path_verdict
 
 _PROCESSORS = ("processor", "logits_processor")
@@ -88,9 +89,17 @@ class BatchSampler:
         """(..., V) float64 softmax(warp(logits))."""
         return self.warp(logits.double()).softmax(-1)
 
+    def uniform(self, rows: int, width: int) -> torch.Tensor:
+        """(rows, width) float64 uniform draws in [0, 1) (the generator's)."""
+        return torch.rand(rows, width, dtype=torch.float64, device=self.device, generator=self.generator)
+
+    def race(self, probs: torch.Tensor) -> torch.Tensor:
+        """(B,) long, one draw per row of (B, V) unnormalised probabilities (`race`, the generator's)."""
+        return race(probs, self.generator)
+
     def sample(self, logits: torch.Tensor) -> torch.Tensor:
         """(B,) long, one draw per row from the (B, V) logits' warped distribution (a plain sampling step)."""
-        return race(self.probs(logits), self.generator)
+        return self.race(self.probs(logits))
 
     def accepts(self, u: torch.Tensor, q: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
         """(B, w) bool, the accept test of each draft t_i tried: u_i < q(t_i) / (1 - S_i), the residual's
@@ -100,7 +109,7 @@ class BatchSampler:
     def draw(self, probs: torch.Tensor, tokens: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
         """(B,) long, the token drawn after every draft was rejected: from the (B, V) probabilities with
         the drafts' tokens zeroed (the residual; `tokens`: (B, w) long, `drafts`: (B, w) bool, which are drafts)."""
-        return race(probs.scatter_reduce(1, tokens, (~drafts).to(probs.dtype), "prod"), self.generator)
+        return self.race(probs.scatter_reduce(1, tokens, (~drafts).to(probs.dtype), "prod"))
 
     def verify(self, root_logits: torch.Tensor, node_logits: torch.Tensor, fed: Fed, length: int, deepest: int) -> Verdict:
         """Every row's sampled walk of its fed nodes: the drafts it accepts, then one drawn token.
@@ -115,7 +124,7 @@ class BatchSampler:
         probs = self.probs(torch.cat([root_logits[:, None], node_logits], dim=1))  # (B, 1 + w, V): q at root, nodes
         if fed.width == 0:  # nothing drafted: one plain draw
             zero = torch.zeros(rows, dtype=torch.long, device=probs.device)
-            return Verdict(race(probs[:, 0], self.generator)[:, None], zero + 1, zero[:, None], zero, fed.valid)
+            return Verdict(self.race(probs[:, 0])[:, None], zero + 1, zero[:, None], zero, fed.valid)
         # 1. Each fed node's draft probability q(t_i) at its parent, and the mass of its earlier siblings.
         w, vocab = fed.width, probs.shape[-1]
         parent = draft_parents(fed)  # (B, w)
@@ -124,7 +133,7 @@ class BatchSampler:
         earlier &= torch.ones(w, w, dtype=torch.bool, device=q.device).tril(-1)  # (B, w, w): [i, j] = j < i, a sibling
         before = (earlier * q[:, None, :]).sum(-1)  # S_i
         # 2. The accept draws, all at once; a node is chosen when it is its parent's first accepted child.
-        u = torch.rand(rows, w, dtype=torch.float64, device=q.device, generator=self.generator)
+        u = self.uniform(rows, w)
         accepted = fed.valid & self.accepts(u, q, before)
         chosen = accepted & ~(earlier & accepted[:, None, :]).any(-1)
         # 3. The walk's path: chosen nodes whose ancestors are all chosen; the deepest ends it.
@@ -137,3 +146,28 @@ class BatchSampler:
         # 5. The token chosen after the root and after each path node: its chosen child's, else the drawn one.
         after = drawn[:, None].repeat(1, w + 2).scatter_(1, torch.where(on_path, parent, w + 1), fed.tokens)
         return path_verdict(fed, end, depth, after[:, : w + 1], length, deepest)
+
+
+class KeyedSampler(BatchSampler):
+    """A `BatchSampler` drawing from `ladref.batched.noise.KeyedNoise`: no generator state, so a
+    captured step (`ladref.batched.captured`) can sample, and compiled or not gives the same tokens.
+
+    Args:
+        device, do_sample, temperature, top_k, top_p: as `BatchSampler`'s.
+        generator: the CPU generator the call's 32-bit seed is drawn from (None: torch's default RNG).
+
+    Attributes:
+        noise: the `KeyedNoise` every draw comes from.
+    """
+
+    def __init__(self, device: torch.device | str, do_sample: bool = True, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None) -> None:
+        super().__init__(device, do_sample, temperature, top_k, top_p, generator)
+        self.generator = None
+        self.noise = KeyedNoise(int(torch.randint(0, 2**32, (), generator=generator)), self.device)
+
+    def uniform(self, rows: int, width: int) -> torch.Tensor:
+        return self.noise.uniform(rows, width)
+
+    def race(self, probs: torch.Tensor) -> torch.Tensor:
+        return (probs / self.noise.exponential(*probs.shape)).argmax(-1)

@@ -91,7 +91,7 @@ class BatchChoice(Protocol):
     def choose(self, merged: Merged, state: BatchState, window_cells: int | None, kv: int) -> tuple[torch.Tensor, torch.Tensor]:
         """((B, n) bool nodes to feed, ancestor-closed within ``merged.kept``; (B,) bool rows feeding
         the window). `window_cells`: the window's tokens besides the current one, None without one;
-        `kv`: the cache slots the pass will attend to (its frontier)."""
+        `kv`: the cache slots the pass will attend to (the cache's ``attended``)."""
 
     def observe(self, state: BatchState, outcome: Outcome) -> None:
         """A step's outcome (after the sources learned)."""

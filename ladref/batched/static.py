@@ -86,6 +86,11 @@ class StaticBatchCache:
         self.bias.scatter_(1, target, self.bias.new_zeros(target.shape).masked_fill_(k >= counts[:, None], self.low))
         self.frontier += counts.max()
 
+    @property
+    def attended(self) -> int:
+        """The slots a pass attends to: all M of them, the unused masked (a host int, unlike the frontier)."""
+        return self.max_length
+
     def advance(self, by: int) -> None:
         """Nothing to do: the frontier moved on the device at the commit."""
 

@@ -90,7 +90,7 @@ class BatchStep:
             start += proposal.width
         drafts = Drafts.cat(proposals)
         merged = merge(drafts, self._table(drafts))
-        feed, window = self.choice.choose(merged, state, self.window_cells, self.cache.frontier)
+        feed, window = self.choice.choose(merged, state, self.window_cells, self.cache.attended)
         live = ~state.done
         window = window & live if self.shape is not None else live & False
         return Plan(merged, feed, window, torch.stack([(feed.sum(-1) * live).max(), window.any().long()]), parts)
@@ -127,8 +127,8 @@ class BatchStep:
             verdict = verify_greedy(preds[:, 0], preds[:, length:], fed, length, self.deepest)
         else:
             verdict = self.sampler.verify(logits[:, 0], logits[:, logits.shape[1] - width:], fed, length, self.deepest)
-        self.cache.commit(verdict.entries, torch.where(state.done, 0, verdict.count))  # a stopped row keeps nothing
         kept = state.accept(verdict.tokens, verdict.count)
+        self.cache.commit(verdict.entries, kept)  # the entries of the tokens kept: none for a stopped row, none past a cut
         outcome = Outcome(ids, preds, top, length, plan.window if window else None, plan.merged, fed, verdict, kept)
         for source, part in zip(self.sources, plan.parts):
             source.learn(state, outcome, part)

@@ -41,7 +41,8 @@ def parent_preds(root_pred: torch.Tensor, node_preds: torch.Tensor, fed: Fed) ->
     """(B, w) greedy's token at each fed node: the argmax after its parent (the ancestor one level
     up; the current token for a child of the root)."""
     up = fed.ancestors & (fed.depth[:, None, :] == fed.depth[:, :, None] - 1)  # (B, w, w): [i, j] = j is i's parent
-    return torch.where(fed.depth == 1, root_pred[:, None], node_preds.gather(1, up.to(torch.int8).argmax(-1)))
+    parent = torch.where(up, torch.arange(fed.width, device=up.device), 0).amax(-1)  # (B, w) j, or 0 for a child of the root
+    return torch.where(fed.depth == 1, root_pred[:, None], node_preds.gather(1, parent))
 
 
 def path_verdict(fed: Fed, end: torch.Tensor, depth: torch.Tensor, greedy: torch.Tensor, length: int, deepest: int) -> Verdict:
