@@ -220,8 +220,8 @@ class CapturedBatchDecoder:
         narrowest captured width holding the policy's widest wish, which then chooses within it."""
         if self.policy is None:
             return nodes, step.shape is not None
-        fit = min([w for w in self.widths if w >= wanted[0]] + [nodes])
-        self.policy.limit = self._forced or (min(fit, nodes), bool(wanted[1]) and step.shape is not None)
+        fit = min([w for w in self.widths if w >= wanted[0]] + [nodes])  # every node when none holds it
+        self.policy.limit = self._forced or (fit, bool(wanted[1]) and step.shape is not None)
         return self.policy.limit
 
     def capture(self, prompts: Sequence[object]) -> float:

@@ -97,7 +97,8 @@ class BatchPolicy:
         floors = torch.stack([floor, torch.ones_like(floor)], dim=1)  # the pass's width anyway, and 1: this row's own choice
         (b, window), probe = self.search(expected, merged.kept.sum(-1), window_cells, others, floors, rows, kv)
         self.own = 1 + b[:, 1] + window[:, 1] * (window_cells or 0)
-        self.wanted = torch.stack([(b[:, 2] * live).max(), (window[:, 2].bool() & live).any().long()])
+        if self.limit is not None:  # a captured program's: its widest row's choice without the limit (the last column)
+            self.wanted = torch.stack([(b[:, -1] * live).max(), (window[:, -1].bool() & live).any().long()])
         rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(rows, n))
         self.acceptance.remember(merged, key, first, rank < probe[:, None], expected.gather(1, probe[:, None])[:, 0],
                                  state.length - 1, state.length)
@@ -113,8 +114,8 @@ class BatchPolicy:
             others: (B,) the other rows' expected tokens; floors: (B, F) widths the pass has anyway.
 
         Returns:
-            ((B, F + 1) b, (B, F + 1) window), (B,) the probe's b; the last column: the first floor's
-            best without `limit` (what a captured program of another width would feed).
+            ((B, F) b, (B, F) window), (B,) the probe's b. With a `limit`, F + 1 columns: the last is
+            the first floor's best without it (what a captured program of another width would feed).
         """
         times = self.times(rows, kv)
         widest, b = times.shape[0], torch.arange(expected.shape[1], device=expected.device)
@@ -125,9 +126,11 @@ class BatchPolicy:
         width = torch.maximum(q, floors[:, :, None, None]).clamp(max=widest)  # (B, F, O, n + 1)
         rate = (gain + bonus[:, None, :, None]) / times[width - 1]
         rate = torch.where((b <= count[:, None, None, None]) & (q <= widest), rate, -1.0)
-        nodes, window = (b.shape[0], True) if self.limit is None else self.limit
-        fits = (b <= nodes) & ((cells == 0) | window)[:, None]  # (O, n + 1) what this program feeds
-        rates = torch.cat([torch.where(fits, rate, -1.0), rate[:, :1]], dim=1).flatten(2)  # ties to the wider
+        if self.limit is not None:  # a captured program's width: the choices within it, then the first floor's without it
+            nodes, window = self.limit
+            fits = (b <= nodes) & ((cells == 0) | window)[:, None]  # (O, n + 1) what this program feeds
+            rate = torch.cat([torch.where(fits, rate, -1.0), rate[:, :1]], dim=1)
+        rates = rate.flatten(2)  # ties to the wider
         choice = best(rates.flatten(0, 1)).view(rates.shape[:2])
         draft_only = torch.where(b >= 1, rates[:, 0, : b.shape[0]], -1.0)
         probe = torch.where(draft_only.max(-1).values > 0, draft_only.argmax(-1), 0)
