@@ -13,13 +13,15 @@ Prints, per decoder: tokens/s over all prompts (prefill included), ms a step, to
 speedup over compiled greedy, how many outputs equal compiled greedy's, and, for a captured
 decoder, the host's time between two of its compiled steps (the loop, the log's row, the reads:
 every gap between the end of one program call and the start of the next inside a call, clocked
-by wrapping the decoder's program in this process).
+by wrapping the decoder's program in this process), then how many steps each captured decoder
+ran at each of its programs' shapes.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 
 import torch
 
@@ -65,6 +67,7 @@ def main() -> None:
     parser.add_argument("--cost", default="benchmarks/results/cost/cost_cpu.json", help="the adaptive decoder's t(q, kv)")
     parser.add_argument("--widths", default="0,2,4,8,16", help="the adaptive decoder's captured node counts")
     args = parser.parse_args()
+    commit = git_commit()  # the code this run measures (read before it, not after)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_default_model()
     ids = [t[0] for t in encode_prompts(tokenizer, load_prompts("specbench", limit=args.per_task))]
@@ -88,6 +91,7 @@ def main() -> None:
     host = {n: [] for n in clocks}
     seconds = dict.fromkeys(decoders, 0.0)
     steps, tokens, outputs = dict.fromkeys(decoders, 0), dict.fromkeys(decoders, 0), {n: [] for n in decoders}
+    shapes = {n: Counter() for n in clocks}
     for x in ids:  # interleaved, prompt by prompt
         for name, decoder in decoders.items():
             start = time.perf_counter()
@@ -99,12 +103,13 @@ def main() -> None:
                 steps[name] += result.passes - 1
                 result = result[0]
                 host[name] += clocks[name].gaps()
+                shapes[name].update(decoder.shapes)
             seconds[name] += time.perf_counter() - start
             tokens[name] += len(result.token_ids)
             outputs[name].append(result.token_ids)
     print(f"cpu  SmolLM2-135M-Instruct float32, torch {torch.__version__}, {args.threads} threads, mode {args.mode}, "
           f"{len(ids)} Spec-Bench prompts, {args.new_tokens} new tokens, max_length {args.max_length}, "
-          f"k = {args.steps_per_read}, adaptive widths {widths} priced on {args.cost}; commit {git_commit()}")
+          f"k = {args.steps_per_read}, adaptive widths {widths} priced on {args.cost}; commit {commit}")
     print(f"programs compiled inside the timed calls: {torch._dynamo.utils.counters['stats']['unique_graphs'] - graphs}")
     print("| decoder | tokens/s | ms a step | tokens a step | x compiled greedy | equal to compiled greedy | compile s | "
           "host ms between steps |")
@@ -116,6 +121,8 @@ def main() -> None:
         print(f"| {name} | {rate:.1f} | {1e3 * seconds[name] / steps[name]:.2f} | {tokens[name] / steps[name]:.2f} | "
               f"{rate / base:.2f}x | {equal}/{len(ids)} | {compile_s[name]:.0f} | "
               f"{1e3 * sum(host[name]) / len(host[name]) if host.get(name) else float('nan'):.3f} |", flush=True)
+    for name, counts in shapes.items():
+        print(f"{name}: steps by program (draft nodes, window): {dict(sorted(counts.items()))}")
 
 
 if __name__ == "__main__":

@@ -19,14 +19,17 @@ and the frontier. A run ends before any row can spend its budget and before the 
 run out (then `StaticBatchCache.compact` packs every row's slots to the front), so only an EOS
 leaves a row idle in a run. A sampled step draws from `ladref.batched.noise.KeyedNoise` (a hash
 of seed, step, row and index, its counter on the device), since a `torch.Generator` cannot be
-captured: the same seed gives the same tokens compiled or not. Adaptive decoding (``cost``) runs
-the batch's policy inside the program, within its width; the read brings the policy's widest wish
-too, and the next run takes the narrowest captured width that holds it.
+captured: the same seed gives the same tokens compiled or not. Each step ends by planning the next
+(`captured_step`), so adaptive decoding (``cost``) runs the batch's policy inside the program: the
+read brings the next plan's shape too, chosen after the last step's outcome, and the next step
+runs at the narrowest captured width that holds it (inside a run of k > 1 steps the policy chooses
+within the run's width, and the read brings its widest wish).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import torch
@@ -51,7 +54,7 @@ from .source import FeedAll
 from .sources import batched_sources
 from .state import BatchState
 from .static import StaticBatchCache
-from .step import BatchStep
+from .step import BatchStep, Plan
 
 
 class CapturedBatchDecoder:
@@ -70,9 +73,9 @@ class CapturedBatchDecoder:
             children: `FeedAll`); None: every proposed node. A smaller step for a larger batch.
         cost: a `ladref.fast.surface.CostSurface`: adaptive decoding. Each row's nodes and window
             are chosen on the device (`ladref.batched.policy.BatchPolicy`, its steps priced at M
-            slots, what a static pass attends to), within the captured program's width; the host
-            reads the widest choice with the stop flags and runs the next steps at the narrowest
-            captured width that holds it. None: every node fed (`FeedAll`).
+            slots, what a static pass attends to) at the end of the step before; the host reads
+            the widest row's choice with the stop flags and runs the step at the narrowest captured
+            width that holds it. None: every node fed (`FeedAll`).
         widths: the draft-node counts captured for adaptive decoding, each with and without the
             window, and every node: one program each, compiled at its first use or all at once by
             `capture`. Default 0, 1, 2, 4, ..., 64.
@@ -82,6 +85,7 @@ class CapturedBatchDecoder:
             proposed node; adaptive: of the widest step), known once a call has run.
         draft_width: the draft nodes of those (every proposed node, at most `draft_budget`).
         compactions: how often a call's slots ran short and were packed (`StaticBatchCache.compact`).
+        shapes: the last call's steps at each program shape, {(draft nodes, window): steps}.
 
     Example:
         >>> decoder = CapturedBatchDecoder(model, [LookaheadProposer(LookaheadConfig(7, 5, 7))], max_length=1024)
@@ -116,6 +120,7 @@ class CapturedBatchDecoder:
         self.caches: dict[int, StaticBatchCache] = {}  # one per batch size: the program's graph holds its buffers
         self.step_width: int | None = None  # Q, known at the first call
         self.draft_width: int | None = None  # the draft nodes of the widest step, known at the first call
+        self.shapes: Counter[tuple[int, bool]] = Counter()  # the last call's steps at each (nodes, window)
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
         self.policy: BatchPolicy | None = None  # the last adaptive call's
         self._forced: tuple[int, bool] | None = None  # `capture`'s shape for every step of a call
@@ -151,21 +156,18 @@ class CapturedBatchDecoder:
             columns = self.max_length + self.depth + 2  # the text's width, the same at every call
             state = BatchState.start(rows, budgets, eos, self.depth + 1, self.facts.device, columns)
             cache = self._cache(len(rows), options.get("attention_backend", "auto"))
-            step = BatchStep(cache, sources, FeedAll(self.draft_budget), sampler)
+            step = BatchStep(cache, sources, FeedAll(self.draft_budget) if self.cost is None else self._policy(len(rows), sources), sampler)
             for source in sources:
                 source.begin(state)
-            nodes = self.draft_width = 0 if step.plain else self._nodes(step, state)
+            plan = None if step.plain else step.plan(state)  # eager: the sources' shapes (a fixed tree's ancestor table, kept)
+            nodes = self.draft_width = 0 if plan is None else min(plan.feed.shape[1], self.draft_budget or plan.feed.shape[1])
             width = self.step_width = (step.shape.length if step.shape is not None else 1) + nodes
             need = max(r.shape[0] for r in rows) + max(budgets) + width
             if need > self.max_length:
                 raise ValueError(f"the longest prompt ({max(r.shape[0] for r in rows)}) + max_new_tokens ({max(budgets)}) + the "
                                  f"step's width ({width}) = {need} exceeds this decoder's max_length {self.max_length}")
             cache.prefill(rows, options.get("attention_backend", "auto"))
-            if self.cost is not None:  # the choice from the first step on: the eager plan above only sized the step
-                step.choice = self.policy = BatchPolicy(self.cost, len(rows), [s.name for s in sources], step.deepest,
-                                                        PolicySettings(), self.facts.device)
-                self.policy.wanted = torch.tensor([nodes, 1], device=self.facts.device)  # the first run: every node, the window
-            log, steps = self._run(step, state, nodes, width, len(sources))
+            log, steps = self._run(step, state, plan, nodes, width, len(sources))
         sync(self.facts.device)
         names = [s.name for s in sources]
         finished = {b: (time.perf_counter(), t) for b, t in enumerate(self._texts(state))}
@@ -181,23 +183,19 @@ class CapturedBatchDecoder:
             self.caches[rows] = StaticBatchCache(self.model, self.facts, kernels, rows, self.max_length)
         return self.caches[rows]
 
-    def _nodes(self, step: BatchStep, state: BatchState) -> int:
-        """The draft nodes every captured step feeds a row: every proposed node, at most `draft_budget`."""
-        plan = step.plan(state)  # eager, once: the sources' shapes (and a fixed tree's ancestor table, kept)
-        return plan.feed.shape[1] if self.draft_budget is None else min(plan.feed.shape[1], self.draft_budget)
-
-    def _run(self, step: BatchStep, state: BatchState, nodes: int, width: int, sources: int) -> tuple[torch.Tensor, int]:
-        """Runs of captured steps, ONE read between two runs; returns the step log and the steps run."""
+    def _run(self, step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, width: int,
+             sources: int) -> tuple[torch.Tensor, int]:
+        """Runs of captured steps, ONE read between two runs; returns the step log and the steps run.
+        `plan`: the first step's (every node and the window), each step making the next one's."""
         cache, reach = step.cache, step.deepest + 1  # the most a step moves the frontier
         log = torch.zeros(int(state.budget.max()) + self.every, state.size, 3 + 2 * sources if sources else 1, dtype=torch.long,
                           device=state.text.device)
-        steps = 0
+        steps, self.shapes = 0, Counter()
         programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.widths) + 1))  # one a captured width
         with compile_scope(self.mode), programs:
             while True:
-                wish = [] if self.policy is None else [self.policy.wanted]  # the policy's widest choice, as (nodes, window)
-                read = torch.cat([state.done.long(), state.budget - state.produced, cache.frontier[None]] + wish).tolist()  # the read
-                done, left, frontier, wanted = read[: state.size], read[state.size : 2 * state.size], read[2 * state.size], \
+                read = torch.cat([state.done.long(), state.budget - state.produced, cache.frontier[None]] + self._wish(plan)).tolist()
+                done, left, frontier, wish = read[: state.size], read[state.size : 2 * state.size], read[2 * state.size], \
                     read[2 * state.size + 1 :]
                 if all(done):
                     return log, steps
@@ -209,20 +207,38 @@ class CapturedBatchDecoder:
                 if room < 1:  # cannot happen when the call's check passed: a row holds at most prompt + budget slots
                     raise RuntimeError(f"no room for a step of {width} tokens after {frontier} of {self.max_length} slots")
                 run = min([self.every, room] + [-(-r // reach) for r, d in zip(left, done) if not d])
-                shape = self._shape(step, nodes, wanted)
+                shape = self._shape(step, nodes, wish, steps == 0)
+                self.shapes[shape] += run
                 for _ in range(run):  # the first step eagerly: it makes the state the program reads (tables, rings)
                     program = captured_step if steps == 0 else self.program
-                    log[steps] = program(step, state, *shape, step.window_cells or 0, sources)
+                    log[steps], plan = program(step, state, plan, *shape, step.window_cells or 0, sources)
                     steps += 1
 
-    def _shape(self, step: BatchStep, nodes: int, wanted: list[int]) -> tuple[int, bool]:
-        """(nodes, window) of the next run's program: every node and the window (`FeedAll`), or the
-        narrowest captured width holding the policy's widest wish, which then chooses within it."""
+    def _policy(self, rows: int, sources: list) -> BatchPolicy:
+        """A call's adaptive choice (`BatchPolicy`) for B = `rows`, never feeding more than `draft_budget` nodes."""
+        self.policy = BatchPolicy(self.cost, rows, [s.name for s in sources], self.depth, PolicySettings(), self.facts.device)
+        self.policy.limit = None if self.draft_budget is None else (self.draft_budget, True)
+        return self.policy
+
+    def _wish(self, plan: Plan | None) -> list[torch.Tensor]:
+        """What the read brings besides the stop flags for an adaptive decoder: the next plan's shape and,
+        when that plan was chosen within a run's width, the policy's widest choice without it."""
         if self.policy is None:
-            return nodes, step.shape is not None
-        fit = min([w for w in self.widths if w >= wanted[0]] + [nodes])  # every node when none holds it
-        self.policy.limit = self._forced or (fit, bool(wanted[1]) and step.shape is not None)
-        return self.policy.limit
+            return []
+        return [plan.shape] + ([self.policy.wanted] if self.policy.limit is not None else [])
+
+    def _shape(self, step: BatchStep, nodes: int, wish: list[int], first: bool) -> tuple[int, bool]:
+        """(nodes, window) of the next run's program: every node and the window (`FeedAll`, and the first
+        step of a call), else the narrowest captured width holding the plan in hand and the policy's
+        wish. Inside a run of k > 1 steps the policy then chooses within it (`BatchPolicy.limit`)."""
+        full = (nodes, step.shape is not None)
+        if self.policy is None:
+            return full
+        fit = min([w for w in self.widths if w >= max(wish[0::2])] + [nodes])  # every node when none holds it
+        shape = full if first else self._forced or (fit, any(wish[1::2]) and step.shape is not None)
+        cap = None if self.draft_budget is None else (nodes, True)
+        self.policy.limit = shape if self.every > 1 else cap  # the plans made in a run of k > 1: within its width
+        return shape
 
     def capture(self, prompts: Sequence[object]) -> float:
         """Compile now every program an adaptive decoder can run for a batch of ``len(prompts)`` rows,

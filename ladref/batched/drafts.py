@@ -26,7 +26,8 @@ import torch
 
 def cached(method: Callable[[Any], torch.Tensor]) -> property:
     """`functools.cached_property` without the lock Python 3.11 takes (which torch.compile cannot trace): a
-    property computed at its first read, kept in the instance's ``__dict__`` (frozen dataclasses allow it)."""
+    property computed at its first read, kept in the instance's ``__dict__`` (frozen dataclasses allow it).
+    Its setter is what torch.compile calls to rebuild an object a compiled function returns."""
     name = method.__name__
 
     def get(self: Any) -> torch.Tensor:
@@ -34,7 +35,10 @@ def cached(method: Callable[[Any], torch.Tensor]) -> property:
             self.__dict__[name] = method(self)
         return self.__dict__[name]
 
-    return property(get, doc=method.__doc__)
+    def put(self: Any, value: torch.Tensor) -> None:
+        self.__dict__[name] = value
+
+    return property(get, put, doc=method.__doc__)
 
 
 @dataclass(frozen=True, eq=False)

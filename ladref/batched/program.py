@@ -1,9 +1,11 @@
 """The captured program: one batched step of fixed shapes, and what it can take.
 
-`captured_step` is the whole step (`ladref.batched.step.BatchStep`: plan, forward, verify, commit,
-learn) as one function of tensors, its shapes fixed by the host's two ints (the draft nodes fed and
-whether the window is); `ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs
-it. The helpers here say what it can take (`capturable`, `check_node_widths`).
+`captured_step` is the whole step (`ladref.batched.step.BatchStep`: forward, verify, commit, learn,
+then the next step's plan) as one function of tensors, its shapes fixed by the host's two ints (the
+draft nodes fed and whether the window is). It plans the next step at its end, so the shape the
+host reads between steps is that of the plan the next step runs, chosen after this step's outcome.
+`ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs it. The helpers here say
+what it can take (`capturable`, `check_node_widths`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 from ..config import check_int
 from .loop import step_log
 from .state import BatchState
-from .step import BatchStep
+from .step import BatchStep, Plan
 
 
 def check_node_widths(widths: Sequence[int] | None) -> tuple[int, ...]:
@@ -39,16 +41,22 @@ def capturable() -> tuple[type, ...]:
     return JacobiProposer, PromptLookupProposer, LookaheadProposer, RecyclingProposer
 
 
-def captured_step(step: BatchStep, state: BatchState, nodes: int, window: bool, cells: int, sources: int) -> torch.Tensor:
-    """One step of every row, `nodes` draft-node positions and the window (when `window`) fed, nothing read back.
+def captured_step(step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, window: bool, cells: int,
+                  sources: int) -> tuple[torch.Tensor, Plan | None]:
+    """One step of every row, `nodes` draft-node positions and the window (when `window`) fed, nothing
+    read back; then the next step's plan, so that the host reads its shape with the stop flags.
+
+    Args:
+        plan: this step's `Plan` (steps 1-2, made by the step before: its feed fits `nodes` and
+            `window`); None for greedy decoding and plain sampling.
 
     Returns:
-        (B, 3 + 2S) long, the step's log (`ladref.batched.loop.step_log`); (B, 1), the tokens kept, for a plain step.
+        (B, 3 + 2S) long, the step's log (`ladref.batched.loop.step_log`), and the next step's plan;
+        (B, 1), the tokens kept, and None for a plain step.
     """
     if step.plain:  # greedy decoding: the current token alone
         before = state.produced.clone()
         step.run_plain(state)
-        return (state.produced - before)[:, None]
-    plan = step.plan(state)
-    outcome = step.run(state, plan, nodes, window)
-    return step_log(outcome, cells, sources)
+        return (state.produced - before)[:, None], None
+    outcome = step.run(state, plan, nodes, window)  # 3.-6. forward, verify, commit, learn
+    return step_log(outcome, cells, sources), step.plan(state)  # 1.-2. of the next step: propose, merge, choose
