@@ -7,21 +7,20 @@ greedy (each compiled once, out of the clock), interleaved prompt by prompt.
 Decoders (`--decoders`): "compiled greedy" (the baseline, always run), "captured greedy", "captured
 lookahead" (4/4/4), "captured prompt lookup", and "captured adaptive": prompt lookup, the lookahead window
 7/4/7 and Token Recycling (`ladref.fast.adaptive.default_proposers`), chosen by the batch policy on the
-cost curve `--cost` (t(q, kv) measured on this CPU), over the captured node counts `--widths`.
+cost curve `--cost` (default: its own programs, timed once compiled), over the captured node counts `--widths`.
 
 Prints, per decoder: tokens/s over all prompts (prefill included), ms a step, tokens a step, its
 speedup over compiled greedy, how many outputs equal compiled greedy's, and, for a captured
 decoder, the host's time between two of its compiled steps (the loop, the log's row, the reads:
 every gap between the end of one program call and the start of the next inside a call, clocked
-by wrapping the decoder's program in this process), then how many steps each captured decoder
-ran at each of its programs' shapes.
+by wrapping the decoder's program in this process), then each captured program's ms a step by
+its shape (draft nodes, window): the cost of the steps a policy chooses among.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections import Counter
 
 import torch
 
@@ -37,15 +36,18 @@ SOURCES = {"captured greedy": lambda model: [], "captured lookahead": lambda mod
 
 
 class Clocked:
-    """A callable that keeps the (start, end) time of every call of the one it wraps."""
+    """A callable that keeps the (start, end) time of every call of the one it wraps, and the time
+    spent in it by program shape (its ``nodes`` and ``window`` arguments)."""
 
     def __init__(self, fn) -> None:
-        self.fn, self.calls = fn, []
+        self.fn, self.calls, self.by_shape = fn, [], {}
 
-    def __call__(self, *args):
+    def __call__(self, step, state, plan, nodes, window, *rest):
         start = time.perf_counter()
-        out = self.fn(*args)
+        out = self.fn(step, state, plan, nodes, window, *rest)
         self.calls.append((start, time.perf_counter()))
+        total, count = self.by_shape.get((nodes, window), (0.0, 0))
+        self.by_shape[(nodes, window)] = (total + self.calls[-1][1] - start, count + 1)
         return out
 
     def gaps(self) -> list[float]:
@@ -64,14 +66,15 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=1024)
     parser.add_argument("--steps-per-read", type=int, default=1)
     parser.add_argument("--decoders", default="captured greedy,captured adaptive", help=f"comma-separated, of {sorted(SOURCES)}")
-    parser.add_argument("--cost", default="benchmarks/results/cost/cost_cpu.json", help="the adaptive decoder's t(q, kv)")
+    parser.add_argument("--cost", default="captured", help="the adaptive decoder's t(q, kv): a cost JSON (eager passes), or "
+                        "'captured': its own programs timed after compiling (CapturedBatchDecoder.measure)")
     parser.add_argument("--widths", default="0,2,4,8,16", help="the adaptive decoder's captured node counts")
     args = parser.parse_args()
     commit = git_commit()  # the code this run measures (read before it, not after)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_default_model()
     ids = [t[0] for t in encode_prompts(tokenizer, load_prompts("specbench", limit=args.per_task))]
-    surface = CostSurface.of(CostModel.load(args.cost))
+    surface = CostSurface.of(CostModel.from_ratios({1: 1.0, 64: 1.0}) if args.cost == "captured" else CostModel.load(args.cost))
     widths = [int(w) for w in args.widths.split(",")]
     decoders = {"compiled greedy": CompiledDecoder(model, None, max_length=args.max_length, mode=args.mode)}
     for name in args.decoders.split(","):
@@ -84,6 +87,11 @@ def main() -> None:
         decoder(ids[0], 16) if isinstance(decoder, CompiledDecoder) else decoder.capture([ids[0]])
         compile_s[name] = time.perf_counter() - start
         print(f"{name}: compiled in {compile_s[name]:.0f} s", flush=True)
+        if name == "captured adaptive" and args.cost == "captured":
+            decoder.cost = decoder.measure([ids[0]])
+            curve = decoder.cost.at(1).curve(args.max_length)  # a staircase: print where it steps
+            print(f"{name}: its programs' t(q), ms, up to q: "
+                  + ", ".join(f"{q}: {1e3 * t:.1f}" for q, t in enumerate(curve, 1) if q == len(curve) or curve[q] != t), flush=True)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     clocks = {n: Clocked(d.program) for n, d in decoders.items() if isinstance(d, CapturedBatchDecoder)}
     for name, clocked in clocks.items():
@@ -91,7 +99,6 @@ def main() -> None:
     host = {n: [] for n in clocks}
     seconds = dict.fromkeys(decoders, 0.0)
     steps, tokens, outputs = dict.fromkeys(decoders, 0), dict.fromkeys(decoders, 0), {n: [] for n in decoders}
-    shapes = {n: Counter() for n in clocks}
     for x in ids:  # interleaved, prompt by prompt
         for name, decoder in decoders.items():
             start = time.perf_counter()
@@ -103,7 +110,6 @@ def main() -> None:
                 steps[name] += result.passes - 1
                 result = result[0]
                 host[name] += clocks[name].gaps()
-                shapes[name].update(decoder.shapes)
             seconds[name] += time.perf_counter() - start
             tokens[name] += len(result.token_ids)
             outputs[name].append(result.token_ids)
@@ -121,8 +127,9 @@ def main() -> None:
         print(f"| {name} | {rate:.1f} | {1e3 * seconds[name] / steps[name]:.2f} | {tokens[name] / steps[name]:.2f} | "
               f"{rate / base:.2f}x | {equal}/{len(ids)} | {compile_s[name]:.0f} | "
               f"{1e3 * sum(host[name]) / len(host[name]) if host.get(name) else float('nan'):.3f} |", flush=True)
-    for name, counts in shapes.items():
-        print(f"{name}: steps by program (draft nodes, window): {dict(sorted(counts.items()))}")
+    for name, clocked in clocks.items():  # the compiled programs (a call's first step runs uncompiled)
+        print(f"{name}: ms a compiled step by program (draft nodes, window): "
+              + ", ".join(f"{shape}: {1e3 * t / n:.1f} ({n} steps)" for shape, (t, n) in sorted(clocked.by_shape.items())))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
 
 from ladref.fast.cost import CostModel
+from ladref.batched.program import program_cost
 from ladref.fast.surface import CostSurface
 from ladref import (CapturedBatchDecoder, JacobiProposer, LookaheadConfig, LookaheadProposer, PromptLookupProposer,
                     RecyclingProposer, SuffixProposer, greedy_decode)
@@ -100,6 +101,30 @@ def test_a_captured_adaptive_batch_drafts_only_where_the_surface_makes_it_pay():
         assert result.rows[0].method == "captured_adaptive"
     assert all(f == 1.0 for f in fed["steep"])  # every extra token dearer than it can pay: the current token alone
     assert all(f > 2.0 for f in fed["flat"])  # free: the window and the drafts
+
+
+def test_a_program_cost_prices_every_step_at_the_cheapest_program_that_can_run_it():
+    times = {(0, False): 1.0, (2, False): 1.5, (8, False): 2.0, (0, True): 3.0, (8, True): 2.5}  # a window of 10 cells
+    surface = program_cost(times, 10)
+    #        q: 1    2    3    4 ... 9      10 ... 19: the 0-node window program (q = 11) dearer than the 8-node one (q = 19)
+    assert surface.at(1).curve(1024) == [1.0, 1.5, 1.5] + [2.0] * 6 + [2.5] * 10
+    assert program_cost({(4, False): 2.0}, 0).at(1).curve(1024) == [2.0] * 5  # nothing narrower: its price from q = 1
+    with pytest.raises(ValueError, match="at least one program"):
+        program_cost({}, 3)
+
+
+def test_measure_times_the_decoders_own_programs_and_prices_its_steps_with_them():
+    model = tiny_model("llama", 16, 0)
+    batch, budgets = [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5]], [12, 12]
+    decoder = adaptive(model, batch, budgets, "flat", widths=(0, 2), steps_per_read=1)
+    surface = decoder.measure(batch, 4)
+    curve = surface.at(2).curve(1024)
+    assert len(curve) == decoder.step_width and surface.label == "captured programs (6)"  # 0, 2 and every node, window or not
+    assert all(t > 0 for t in curve) and curve == sorted(curve)  # a staircase
+    decoder.cost = surface
+    assert decoder(batch, budgets, eos_token_id=[]).token_ids == greedy(model, batch, budgets)
+    with pytest.raises(ValueError, match="make the decoder with cost"):
+        CapturedBatchDecoder(model, SOURCES["lookahead"](16), max_length=64, mode=None).measure(batch)
 
 
 def test_a_draft_budget_narrows_every_step_and_keeps_greedy():

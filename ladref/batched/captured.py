@@ -12,22 +12,20 @@ shape fixed:
   frontier held on the device, and a commit moves it there;
 * rows never leave: a row that stopped keeps nothing more (`BatchState.accept`).
 
-So the step is one function of tensors (`captured_step`), compiled whole (``torch.compile``,
-``fullgraph=True``: a graph break is an error, not a silent fallback to Python). The host runs k
-of them (`steps_per_read`) and then reads ONE small tensor: every row's stop flag, its budget left
-and the frontier. A run ends before any row can spend its budget and before the cache's slots
-run out (then `StaticBatchCache.compact` packs every row's slots to the front), so only an EOS
-leaves a row idle in a run. A sampled step draws from `ladref.batched.noise.KeyedNoise` (a hash
-of seed, step, row and index, its counter on the device), since a `torch.Generator` cannot be
-captured: the same seed gives the same tokens compiled or not. Each step ends by planning the next
-(`captured_step`), so adaptive decoding (``cost``) runs the batch's policy inside the program: the
-read brings the next plan's shape too, chosen after the last step's outcome, and the next step
-runs at the narrowest captured width that holds it (inside a run of k > 1 steps the policy chooses
-within the run's width, and the read brings its widest wish).
+So the step is one function of tensors (`captured_step`), compiled whole (``fullgraph=True``: a
+graph break is an error). The host runs k of them (`steps_per_read`), then reads ONE small tensor:
+every row's stop flag and budget left, and the frontier. A run ends before any row can spend its
+budget and before the slots run out (`StaticBatchCache.compact` then packs them), so only an EOS
+leaves a row idle in a run. A sampled step draws from `ladref.batched.noise.KeyedNoise` (a hash of
+seed, step, row and index; a `torch.Generator` cannot be captured). Each step ends by planning the
+next, so adaptive decoding (``cost``) runs the batch's policy inside the program: the read brings
+the next plan's shape, chosen after the last step's outcome, and the next step runs at the
+narrowest captured width that holds it (within a run of k > 1 steps, the run's width).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -39,7 +37,7 @@ from ..call import eos_ids, sync
 from ..config import check_int
 from ..kernels import sdpa_backends
 from ..options import CapturedOptions, accept
-from ..proposer import Proposer, check_proposers, step_needs
+from ..proposer import Proposer, step_needs
 from ..results import BatchResult
 from ..rows import per_row
 from ..runner import check_model
@@ -48,7 +46,7 @@ from ..fast.policy import PolicySettings
 from ..fast.surface import CostSurface
 from .loop import _results, check_rows
 from .policy import BatchPolicy
-from .program import capturable, captured_step, check_node_widths
+from .program import captured_step, check_node_widths, check_settings, program_cost, program_shapes
 from .sample import KeyedSampler
 from .source import FeedAll
 from .sources import batched_sources
@@ -71,14 +69,12 @@ class CapturedBatchDecoder:
         steps_per_read: k, the captured steps between two reads from the device.
         draft_budget: the most draft nodes a row feeds a step (its first ones, parents before
             children: `FeedAll`); None: every proposed node. A smaller step for a larger batch.
-        cost: a `ladref.fast.surface.CostSurface`: adaptive decoding. Each row's nodes and window
-            are chosen on the device (`ladref.batched.policy.BatchPolicy`, its steps priced at M
-            slots, what a static pass attends to) at the end of the step before; the host reads
-            the widest row's choice with the stop flags and runs the step at the narrowest captured
-            width that holds it. None: every node fed (`FeedAll`).
+        cost: a `ladref.fast.surface.CostSurface` (`measure` times this decoder's own programs):
+            adaptive decoding. Each row's nodes and window are chosen on the device
+            (`ladref.batched.policy.BatchPolicy`, a step priced at M slots) at the end of the step
+            before; the step runs at the narrowest captured width that holds the widest row's choice.
         widths: the draft-node counts captured for adaptive decoding, each with and without the
-            window, and every node: one program each, compiled at its first use or all at once by
-            `capture`. Default 0, 1, 2, 4, ..., 64.
+            window, and every node: one program each (`capture` compiles them all). Default 0, 1, 2, 4, ..., 64.
 
     Attributes:
         step_width: Q, the tokens of every step (the window or the current token, and every
@@ -89,29 +85,15 @@ class CapturedBatchDecoder:
 
     Example:
         >>> decoder = CapturedBatchDecoder(model, [LookaheadProposer(LookaheadConfig(7, 5, 7))], max_length=1024)
-        >>> result = decoder([ids_a, ids_b], 128)   # the first call of a batch size compiles its step
+        >>> result = decoder([ids_a, ids_b], 128)  # the first call of a batch size compiles its step
     """
 
     def __init__(self, model: torch.nn.Module, proposers: Sequence[Proposer] = (), *, max_length: int,
                  mode: str | None = "default", steps_per_read: int = 8, draft_budget: int | None = None,
                  cost: CostSurface | None = None, widths: Sequence[int] | None = None) -> None:
         self.facts = check_model(model)
-        self.proposers = check_proposers(list(proposers)) if proposers else []
-        captured = capturable()
-        for proposer in self.proposers:
-            if type(proposer) not in captured:
-                raise TypeError(f"{type(proposer).__name__} cannot be captured: its drafts change shape (or live on the host); "
-                                f"captured steps take {', '.join(c.__name__ for c in captured)}")
-        check_int("max_length", max_length, 2)
-        check_int("steps_per_read", steps_per_read, 1)
-        if draft_budget is not None:
-            check_int("draft_budget", draft_budget, 1)
-        self.draft_budget = draft_budget
-        if cost is not None and not isinstance(cost, CostSurface):
-            raise TypeError(f"cost must be a CostSurface (ladref.fast.surface), got {type(cost).__name__}")
-        if cost is not None and not self.proposers:
-            raise ValueError("adaptive decoding (cost=...) needs draft sources: pass proposers")
-        self.cost, self.widths = cost, check_node_widths(widths)
+        self.proposers = check_settings(proposers, max_length, steps_per_read, draft_budget, cost)
+        self.draft_budget, self.cost, self.widths = draft_budget, cost, check_node_widths(widths)
         check_mode(mode, self.facts.device)
         self.model, self.max_length, self.mode, self.every = model, max_length, mode, steps_per_read
         self.depth = max((s.depth for s in batched_sources(self.proposers, 0, self.facts.vocab_size)), default=0)
@@ -170,7 +152,7 @@ class CapturedBatchDecoder:
             log, steps = self._run(step, state, plan, nodes, width, len(sources))
         sync(self.facts.device)
         names = [s.name for s in sources]
-        finished = {b: (time.perf_counter(), t) for b, t in enumerate(self._texts(state))}
+        finished = {b: (time.perf_counter(), t) for b, t in enumerate(state.texts())}
         entries = log[:steps].tolist() if sources else []
         method = "captured_sample" if sampler is not None and not self.proposers else self.method
         return _results(rows, finished, entries, names, start, options.get("tokenizer"), method,
@@ -186,7 +168,7 @@ class CapturedBatchDecoder:
     def _run(self, step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, width: int,
              sources: int) -> tuple[torch.Tensor, int]:
         """Runs of captured steps, ONE read between two runs; returns the step log and the steps run.
-        `plan`: the first step's (every node and the window), each step making the next one's."""
+        `plan`: the first step's, made eagerly; each step makes the next one's."""
         cache, reach = step.cache, step.deepest + 1  # the most a step moves the frontier
         log = torch.zeros(int(state.budget.max()) + self.every, state.size, 3 + 2 * sources if sources else 1, dtype=torch.long,
                           device=state.text.device)
@@ -236,29 +218,48 @@ class CapturedBatchDecoder:
             return full
         fit = min([w for w in self.widths if w >= max(wish[0::2])] + [nodes])  # every node when none holds it
         shape = full if first else self._forced or (fit, any(wish[1::2]) and step.shape is not None)
-        cap = None if self.draft_budget is None else (nodes, True)
-        self.policy.limit = shape if self.every > 1 else cap  # the plans made in a run of k > 1: within its width
+        if self.every > 1:  # the plans made inside a run: within its width (k = 1: `draft_budget`'s cap, or none)
+            self.policy.limit = shape
         return shape
 
     def capture(self, prompts: Sequence[object]) -> float:
-        """Compile now every program an adaptive decoder can run for a batch of ``len(prompts)`` rows,
-        rather than at first use inside a call. It makes a short call of `prompts` at each captured
-        width, with and without the window, and returns the seconds taken. Without `cost` the decoder
-        has one program, and any call compiles it."""
+        """Compile now every program an adaptive decoder can run for a batch of ``len(prompts)`` rows
+        (`program_shapes`: each captured width, with and without the window, and every node), rather
+        than at first use inside a call; returns the seconds taken. Without `cost` the decoder has
+        one program, and any call compiles it."""
         start = time.perf_counter()
         self(prompts, 3, eos_token_id=[])
-        windows = (False, True) if self.step_width > 1 + self.draft_width else (False,)  # a window's cells, or none
-        shapes = {(min(w, self.draft_width), window) for w in (*self.widths, self.draft_width) for window in windows} if self.cost else set()
-        try:
-            for shape in sorted(shapes):
-                self._forced = shape
-                self(prompts, 3, eos_token_id=[])  # the first step eager, the next ones this shape's program
-        finally:
-            self._forced = None
+        self.forced(prompts, 3)
         return time.perf_counter() - start
 
-    @staticmethod
-    def _texts(state: BatchState) -> list[list[int]]:
-        """Every row's text (prompt and kept tokens), in the batch's order (rows never leave a captured batch)."""
-        texts, lengths = state.text.tolist(), state.length.tolist()
-        return [text[:length] for text, length in zip(texts, lengths)]
+    def measure(self, prompts: Sequence[object], new_tokens: int = 16) -> CostSurface:
+        """t(q) of this adaptive decoder's own programs for a batch of ``len(prompts)`` rows: each program
+        shape run for a call of `new_tokens`, its compiled steps timed (the median), as a surface
+        whose steps cost what the program that runs them costs (`program_cost`). Set it as ``cost``
+        (``decoder.cost = decoder.measure(prompts)``) to price steps on the captured programs."""
+        if self.cost is None:
+            raise ValueError("measure times an adaptive decoder's programs: make the decoder with cost=... (any surface)")
+        check_int("new_tokens", new_tokens, 2)
+        self(prompts, 2, eos_token_id=[])  # the widths known
+        return program_cost(self.forced(prompts, new_tokens), self.step_width - 1 - self.draft_width)
+
+    def forced(self, prompts: Sequence[object], new_tokens: int) -> dict[tuple[int, bool], float]:
+        """A call of `prompts` at each program shape (its first step eager: a call's first step feeds
+        every node), returning the median seconds of each shape's compiled steps."""
+        clock, times = self.program, {}
+
+        def timed(*args: object) -> object:
+            start = time.perf_counter()
+            out = clock(*args)
+            sync(self.facts.device)
+            times.setdefault(args[3:5], []).append(time.perf_counter() - start)
+            return out
+
+        self.program = timed
+        try:
+            for shape in program_shapes(self):
+                self._forced = shape
+                self(prompts, new_tokens, eos_token_id=[])
+        finally:
+            self.program, self._forced = clock, None
+        return {shape: statistics.median(t) for shape, t in times.items()}

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 import torch
 
 from ..config import check_int
+from ..fast.cost import CostModel
+from ..fast.surface import CostSurface
+from ..proposer import Proposer, check_proposers
 from .loop import step_log
 from .state import BatchState
 from .step import BatchStep, Plan
@@ -29,6 +32,54 @@ def check_node_widths(widths: Sequence[int] | None) -> tuple[int, ...]:
     for w in widths:
         check_int("a width", w, 0)
     return tuple(sorted(set(widths)))
+
+
+def program_shapes(decoder: object) -> list[tuple[int, bool]]:
+    """Every (draft nodes, window) program an adaptive `CapturedBatchDecoder` can run once a call has
+    sized it: each captured width (at most every node), with and without the window, and every
+    node; none without ``cost`` (its one program is the full step's)."""
+    if decoder.cost is None:
+        return []
+    windows = (False, True) if decoder.step_width > 1 + decoder.draft_width else (False,)  # a window's cells, or none
+    widths = (*decoder.widths, decoder.draft_width)
+    return sorted({(min(w, decoder.draft_width), window) for w in widths for window in windows})
+
+
+def program_cost(times: dict[tuple[int, bool], float], cells: int) -> CostSurface:
+    """A cost surface from each program's seconds a step ({(nodes, window): s}, the window `cells`
+    wide, q = 1 + nodes + cells x window): t(q) is the time of the cheapest program at least q wide,
+    so a policy pricing a step of q tokens prices a program that can run it (a staircase, not a
+    line between the programs)."""
+    if not times:
+        raise ValueError("program_cost needs the time of at least one program")
+    width = {1 + nodes + cells * window: s for (nodes, window), s in times.items()}
+    steps, cheapest = {}, float("inf")
+    for q in sorted(width, reverse=True):  # a program is used for every q up to its width, unless a wider one is cheaper
+        cheapest = min(cheapest, width[q])
+        steps[q] = cheapest
+    qs = sorted(steps)
+    stairs = {1: steps[qs[0]], **steps, **{a + 1: steps[b] for a, b in zip(qs, qs[1:]) if b > a + 1}}
+    return CostSurface.of(CostModel.from_times(stairs, label=f"captured programs ({len(times)})"))
+
+
+def check_settings(proposers: Sequence[Proposer], max_length: int, steps_per_read: int, draft_budget: int | None,
+                   cost: CostSurface | None) -> list[Proposer]:
+    """`CapturedBatchDecoder`'s arguments checked (TypeError or ValueError naming the problem); the proposers."""
+    proposers = check_proposers(list(proposers)) if proposers else []
+    captured = capturable()
+    for proposer in proposers:
+        if type(proposer) not in captured:
+            raise TypeError(f"{type(proposer).__name__} cannot be captured: its drafts change shape (or live on the host); "
+                            f"captured steps take {', '.join(c.__name__ for c in captured)}")
+    check_int("max_length", max_length, 2)
+    check_int("steps_per_read", steps_per_read, 1)
+    if draft_budget is not None:
+        check_int("draft_budget", draft_budget, 1)
+    if cost is not None and not isinstance(cost, CostSurface):
+        raise TypeError(f"cost must be a CostSurface (ladref.fast.surface), got {type(cost).__name__}")
+    if cost is not None and not proposers:
+        raise ValueError("adaptive decoding (cost=...) needs draft sources: pass proposers")
+    return proposers
 
 
 def capturable() -> tuple[type, ...]:

@@ -101,6 +101,11 @@ class BatchState:
         self.done |= (self.produced >= self.budget) | (torch.isin(token, self.eos) & live)
         self.current = torch.where(live, token, self.current)
 
+    def texts(self) -> list[list[int]]:
+        """Every row's text (prompt and kept tokens), in the batch's order: one read."""
+        texts, lengths = self.text.tolist(), self.length.tolist()
+        return [text[:length] for text, length in zip(texts, lengths)]
+
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the live rows `keep` ((B',) long indices, in order)."""
         for name in ("text", "length", "prompt_len", "produced", "budget", "done", "rows", "current"):
