@@ -227,6 +227,9 @@ def test_compiled_captured_adaptive_runs_its_captured_widths_and_reads_once_a_st
     assert graphs["unique_graphs"] == compiled  # the same shapes again: nothing compiled
     assert steps >= 8 and scalars_b == scalars_a  # the steps read no scalar ...
     assert calls_b - calls_a <= steps  # ... and the loop one tensor a step: the stop flags and the policy's width
+    decoder.cost = CostSurface.of(CostModel.from_ratios({1: 1.0, 3: 1.01, 300: 9.0}))  # another surface, another width
+    assert decoder(batch, budgets, eos_token_id=[]).token_ids == greedy(model, batch, budgets)
+    assert graphs["unique_graphs"] == compiled  # priced on M widths whatever the surface: the same programs
     print(f"{compiled - before} programs, {steps} more steps, {calls_b - calls_a} more reads")
 
 

@@ -198,7 +198,8 @@ class CapturedBatchDecoder:
 
     def _policy(self, rows: int, sources: list) -> BatchPolicy:
         """A call's adaptive choice (`BatchPolicy`) for B = `rows`, never feeding more than `draft_budget` nodes."""
-        self.policy = BatchPolicy(self.cost, rows, [s.name for s in sources], self.depth, PolicySettings(), self.facts.device)
+        self.policy = BatchPolicy(self.cost, rows, [s.name for s in sources], self.depth, PolicySettings(), self.facts.device,
+                                  span=self.max_length)  # a surface set later (`measure`) keeps the programs' shapes
         self.policy.limit = None if self.draft_budget is None else (self.draft_budget, True)
         return self.policy
 

@@ -53,11 +53,15 @@ class BatchPolicy:
         rows: B; names: the sources' names, in their slot order; depth: the deepest node.
         settings: priors and the window's source (`PolicySettings`; calibration is not used in a batch).
         device: the model's.
+        span: the widths priced, q = 1..span, whatever the surface measured (those it did not
+            measure are never chosen); None: the surface's own. A captured program's tensors keep
+            their shapes when its decoder is given another surface.
     """
 
     def __init__(self, surface: CostSurface, rows: int, names: Sequence[str], depth: int,
-                 settings: PolicySettings = PolicySettings(), device: torch.device = torch.device("cpu")) -> None:
-        self.surface, self.settings, self.device = surface, settings, device
+                 settings: PolicySettings = PolicySettings(), device: torch.device = torch.device("cpu"),
+                 span: int | None = None) -> None:
+        self.surface, self.settings, self.device, self.span = surface, settings, device, span
         source = list(names).index(settings.window_source) if settings.window_source in names else -1
         self.acceptance = Acceptance(rows, len(names), depth, settings, source, device)
         self.tokens = torch.ones(rows, dtype=torch.float64, device=device)  # tokens per step each row yields (running)
@@ -67,9 +71,12 @@ class BatchPolicy:
         self.wanted = torch.zeros(2, dtype=torch.long, device=device)  # (2,) the widest choice without the limit, as Plan.shape
 
     def times(self, rows: int, kv: int) -> torch.Tensor:
-        """(M,) float64 t(q, kv) of a pass of `rows` rows for q = 1..M (M: the widest measured)."""
+        """(M,) float64 t(q, kv) of a pass of `rows` rows for q = 1..M (M: the widest measured, or
+        `span`, infinite where not measured)."""
         if self._curve is None or self._curve[0] != (rows, kv):
-            self._curve = ((rows, kv), torch.tensor(self.surface.at(rows).curve(kv), dtype=torch.float64, device=self.device))
+            curve = self.surface.at(rows).curve(kv)
+            curve = curve if self.span is None else (curve + [float("inf")] * self.span)[: self.span]
+            self._curve = ((rows, kv), torch.tensor(curve, dtype=torch.float64, device=self.device))
         return self._curve[1]
 
     def load(self, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,8 +131,9 @@ class BatchPolicy:
         bonus = torch.clamp(self.acceptance.window_value, min=self.settings.window_bonus)[:, None] * (cells > 0)  # (B, O)
         gain = (others[:, None] + 1.0 + self.acceptance.trust[:, None] * expected)[:, None, None, :]  # (B, 1, 1, n + 1)
         width = torch.maximum(q, floors[:, :, None, None]).clamp(max=widest)  # (B, F, O, n + 1)
-        rate = (gain + bonus[:, None, :, None]) / times[width - 1]
-        rate = torch.where((b <= count[:, None, None, None]) & (q <= widest), rate, -1.0)
+        cost = times[width - 1]
+        allowed = (b <= count[:, None, None, None]) & (q <= widest) & cost.isfinite()  # proposed, and measured
+        rate = torch.where(allowed, (gain + bonus[:, None, :, None]) / cost, -1.0)
         if self.limit is not None:  # a captured program's width: the choices within it, then the first floor's without it
             nodes, window = self.limit
             fits = (b <= nodes) & ((cells == 0) | window)[:, None]  # (O, n + 1) what this program feeds
