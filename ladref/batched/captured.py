@@ -189,7 +189,7 @@ class CapturedBatchDecoder:
                 if room < 1:  # cannot happen when the call's check passed: a row holds at most prompt + budget slots
                     raise RuntimeError(f"no room for a step of {width} tokens after {frontier} of {self.max_length} slots")
                 run = min([self.every, room] + [-(-r // reach) for r, d in zip(left, done) if not d])
-                shape = self._shape(step, nodes, wish, steps == 0)
+                shape = self._shape(step, nodes, wish)
                 self.shapes[shape] += run
                 for _ in range(run):  # the first step eagerly: it makes the state the program reads (tables, rings)
                     program = captured_step if steps == 0 else self.program
@@ -210,15 +210,16 @@ class CapturedBatchDecoder:
             return []
         return [plan.shape] + ([self.policy.wanted] if self.policy.limit is not None else [])
 
-    def _shape(self, step: BatchStep, nodes: int, wish: list[int], first: bool) -> tuple[int, bool]:
-        """(nodes, window) of the next run's program: every node and the window (`FeedAll`, and the first
-        step of a call), else the narrowest captured width holding the plan in hand and the policy's
-        wish. Inside a run of k > 1 steps the policy then chooses within it (`BatchPolicy.limit`)."""
+    def _shape(self, step: BatchStep, nodes: int, wish: list[int]) -> tuple[int, bool]:
+        """(nodes, window) of the next run's program: every node and the window (`FeedAll`), else the
+        narrowest captured width holding the plan in hand and the policy's wish (the first step of a
+        call too: it runs uncompiled, at that width). Inside a run of k > 1 steps the policy then
+        chooses within it (`BatchPolicy.limit`)."""
         full = (nodes, step.shape is not None)
         if self.policy is None:
             return full
         fit = min([w for w in self.widths if w >= max(wish[0::2])] + [nodes])  # every node when none holds it
-        shape = full if first else self._forced or (fit, any(wish[1::2]) and step.shape is not None)
+        shape = self._forced or (fit, any(wish[1::2]) and step.shape is not None)
         if self.every > 1:  # the plans made inside a run: within its width (k = 1: `draft_budget`'s cap, or none)
             self.policy.limit = shape
         return shape
