@@ -105,7 +105,7 @@ class CapturedBatchDecoder:
         self.shapes: Counter[tuple[int, bool]] = Counter()  # the last call's steps at each (nodes, window)
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
         self.policy: BatchPolicy | None = None  # the last adaptive call's
-        self._forced: tuple[int, bool] | None = None  # `capture`'s shape for every step of a call
+        self._forced: tuple[int, bool] | None = None  # `capture`'s and `measure`'s shape for every step of a call
 
     @property
     def method(self) -> str:
@@ -231,7 +231,7 @@ class CapturedBatchDecoder:
         one program, and any call compiles it."""
         start = time.perf_counter()
         self(prompts, 3, eos_token_id=[])
-        self.forced(prompts, 3)
+        self._each_program(prompts, 3)
         return time.perf_counter() - start
 
     def measure(self, prompts: Sequence[object], new_tokens: int = 16) -> CostSurface:
@@ -243,11 +243,11 @@ class CapturedBatchDecoder:
             raise ValueError("measure times an adaptive decoder's programs: make the decoder with cost=... (any surface)")
         check_int("new_tokens", new_tokens, 2)
         self(prompts, 2, eos_token_id=[])  # the widths known
-        return program_cost(self.forced(prompts, new_tokens), self.step_width - 1 - self.draft_width)
+        return program_cost(self._each_program(prompts, new_tokens), self.step_width - 1 - self.draft_width)
 
-    def forced(self, prompts: Sequence[object], new_tokens: int) -> dict[tuple[int, bool], float]:
-        """A call of `prompts` at each program shape (its first step eager: a call's first step feeds
-        every node), returning the median seconds of each shape's compiled steps."""
+    def _each_program(self, prompts: Sequence[object], new_tokens: int) -> dict[tuple[int, bool], float]:
+        """A call of `prompts` at each program shape (`program_shapes`; its first step uncompiled),
+        returning the median seconds of each shape's compiled steps."""
         clock, times = self.program, {}
 
         def timed(*args: object) -> object:
