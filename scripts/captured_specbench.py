@@ -74,7 +74,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer = load_default_model()
     ids = [t[0] for t in encode_prompts(tokenizer, load_prompts("specbench", limit=args.per_task))]
-    surface = CostSurface.of(CostModel.from_ratios({1: 1.0, 64: 1.0}) if args.cost == "captured" else CostModel.load(args.cost))
+    surface = CostSurface.of(CostModel.flat(64) if args.cost == "captured" else CostModel.load(args.cost))
     widths = [int(w) for w in args.widths.split(",")]
     decoders = {"compiled greedy": CompiledDecoder(model, None, max_length=args.max_length, mode=args.mode)}
     for name in args.decoders.split(","):

@@ -173,7 +173,7 @@ class CapturedBatchDecoder:
         log = torch.zeros(int(state.budget.max()) + self.every, state.size, 3 + 2 * sources if sources else 1, dtype=torch.long,
                           device=state.text.device)
         steps, self.shapes = 0, Counter()
-        programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.widths) + 1))  # one a captured width
+        programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * (len(self.widths) + 1)))  # `program_shapes`, at most
         with compile_scope(self.mode), programs:
             while True:
                 read = torch.cat([state.done.long(), state.budget - state.produced, cache.frontier[None]] + self._wish(plan)).tolist()
@@ -242,7 +242,8 @@ class CapturedBatchDecoder:
         if self.cost is None:
             raise ValueError("measure times an adaptive decoder's programs: make the decoder with cost=... (any surface)")
         check_int("new_tokens", new_tokens, 2)
-        self(prompts, 2, eos_token_id=[])  # the widths known
+        if self.step_width is None:  # the widths known from a first call
+            self(prompts, 2, eos_token_id=[])
         return program_cost(self._each_program(prompts, new_tokens), self.step_width - 1 - self.draft_width)
 
     def _each_program(self, prompts: Sequence[object], new_tokens: int) -> dict[tuple[int, bool], float]:
