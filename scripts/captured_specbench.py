@@ -4,8 +4,12 @@ greedy (each compiled once, out of the clock), interleaved prompt by prompt.
 
     python scripts/captured_specbench.py --per-task 10 >> benchmarks/archive/captured_step/captured_specbench_cpu.log
 
+`--dataset humaneval --per-task 40`: the first 40 HumanEval prompts instead, in order (a memory of
+earlier outputs has more to offer there).
+
 Decoders (`--decoders`): "compiled greedy" (the baseline, always run), "captured greedy", "captured
-lookahead" (4/4/4), "captured prompt lookup", and "captured adaptive": prompt lookup, the lookahead window
+lookahead" (4/4/4), "captured prompt lookup", "captured prompt lookup + memory" (the same with a
+`SuffixMemory` of the earlier prompts' outputs, searched on the device), and "captured adaptive": prompt lookup, the lookahead window
 7/4/7 and Token Recycling (`ladref.fast.adaptive.default_proposers`), chosen by the batch policy on the
 cost curve `--cost` (default: its own programs, timed once compiled), over the captured node counts `--widths`.
 
@@ -24,7 +28,8 @@ import time
 
 import torch
 
-from ladref import CapturedBatchDecoder, CompiledDecoder, LookaheadConfig, LookaheadProposer, PromptLookupProposer, load_default_model
+from ladref import (CapturedBatchDecoder, CompiledDecoder, LookaheadConfig, LookaheadProposer, PromptLookupProposer, SuffixMemory,
+                    load_default_model)
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.bench.runinfo import git_commit
 from ladref.fast.adaptive import default_proposers
@@ -32,7 +37,9 @@ from ladref.fast.cost import CostModel
 from ladref.fast.surface import CostSurface
 
 SOURCES = {"captured greedy": lambda model: [], "captured lookahead": lambda model: [LookaheadProposer(LookaheadConfig(4, 4, 4))],
-           "captured prompt lookup": lambda model: [PromptLookupProposer(4)], "captured adaptive": default_proposers}
+           "captured prompt lookup": lambda model: [PromptLookupProposer(4)],
+           "captured prompt lookup + memory": lambda model: [PromptLookupProposer(4, memory=SuffixMemory())],
+           "captured adaptive": default_proposers}
 
 
 class Clocked:
@@ -59,7 +66,9 @@ class Clocked:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--per-task", type=int, default=1, help="prompts of each Spec-Bench task (10: all 60 committed)")
+    parser.add_argument("--dataset", default="specbench", help="specbench, or another of ladref.bench.datasets (e.g. humaneval)")
+    parser.add_argument("--per-task", type=int, default=1, help="prompts of each Spec-Bench task (10: all 60 committed); "
+                        "another dataset: its first N")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--mode", default="default")
@@ -73,7 +82,7 @@ def main() -> None:
     commit = git_commit()  # the code this run measures (read before it, not after)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_default_model()
-    ids = [t[0] for t in encode_prompts(tokenizer, load_prompts("specbench", limit=args.per_task))]
+    ids = [t[0] for t in encode_prompts(tokenizer, load_prompts(args.dataset, limit=args.per_task))]
     surface = CostSurface.of(CostModel.flat(64) if args.cost == "captured" else CostModel.load(args.cost))
     widths = [int(w) for w in args.widths.split(",")]
     decoders = {"compiled greedy": CompiledDecoder(model, None, max_length=args.max_length, mode=args.mode)}
@@ -114,7 +123,7 @@ def main() -> None:
             tokens[name] += len(result.token_ids)
             outputs[name].append(result.token_ids)
     print(f"cpu  SmolLM2-135M-Instruct float32, torch {torch.__version__}, {args.threads} threads, mode {args.mode}, "
-          f"{len(ids)} Spec-Bench prompts, {args.new_tokens} new tokens, max_length {args.max_length}, "
+          f"{len(ids)} {args.dataset} prompts, {args.new_tokens} new tokens, max_length {args.max_length}, "
           f"k = {args.steps_per_read}, adaptive widths {widths} priced on {args.cost}; commit {commit}")
     print(f"programs compiled inside the timed calls: {torch._dynamo.utils.counters['stats']['unique_graphs'] - graphs}")
     print("| decoder | tokens/s | ms a step | tokens a step | x compiled greedy | equal to compiled greedy | compile s | "

@@ -22,7 +22,7 @@ from ladref.fast.cost import CostModel
 from ladref.batched.program import program_cost
 from ladref.fast.surface import CostSurface
 from ladref import (CapturedBatchDecoder, JacobiProposer, LookaheadConfig, LookaheadProposer, PromptLookupProposer,
-                    RecyclingProposer, SuffixProposer, greedy_decode)
+                    RecyclingProposer, SuffixMemory, SuffixProposer, greedy_decode)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,6 +33,7 @@ SOURCES = {  # the proposers of each captured decoder, for a vocabulary of V
     "lookahead": lambda vocab: [LookaheadProposer(LookaheadConfig(3, 3, 2))],
     "recycling": lambda vocab: [RecyclingProposer(vocab)],
     "lookahead+lookup": lambda vocab: [LookaheadProposer(LookaheadConfig(2, 3, 2)), PromptLookupProposer(3)],
+    "lookup+memory": lambda vocab: [PromptLookupProposer(3, memory=SuffixMemory(24))],  # each call's outputs drafted by the next
 }
 
 
@@ -191,8 +192,9 @@ def test_a_compiled_captured_step_reads_once_a_run_and_runs_one_graph(rows):
     model = tiny_model("llama", 16, 0)
     batch = [[1, 2, 3, 1, 2], [4, 5, 4, 5, 4], [7, 7, 3], [2, 9, 2, 9]] * 4
     batch = batch[:rows]
-    decoder = CapturedBatchDecoder(model, SOURCES["lookahead+lookup"](16), max_length=200, mode="default", steps_per_read=4)
-    short, long = [6] * rows, [60] * rows
+    remembering = [LookaheadProposer(LookaheadConfig(2, 3, 2)), PromptLookupProposer(3, memory=SuffixMemory(64))]
+    decoder = CapturedBatchDecoder(model, remembering, max_length=200, mode="default", steps_per_read=4)
+    short, long = [6] * rows, [60] * rows  # the memory grows at every call: its (C,) corpus keeps the program's shape
     with torch._dynamo.config.patch(error_on_recompile=True):
         decoder(batch, short)  # compiles: one graph (fullgraph), and never again for this batch size
         assert decoder(batch, long).token_ids == greedy(model, batch, long)

@@ -48,7 +48,7 @@ from .loop import _results, check_rows
 from .policy import BatchPolicy
 from .program import captured_step, check_node_widths, check_settings, program_cost, program_shapes
 from .sample import KeyedSampler
-from .source import FeedAll
+from .source import FeedAll, remember
 from .sources import batched_sources
 from .state import BatchState
 from .static import StaticBatchCache
@@ -106,6 +106,7 @@ class CapturedBatchDecoder:
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
         self.policy: BatchPolicy | None = None  # the last adaptive call's
         self._forced: tuple[int, bool] | None = None  # `capture`'s and `measure`'s shape for every step of a call
+        self._practice = False  # inside `capture` or `measure`: their calls' outputs are not remembered
 
     @property
     def method(self) -> str:
@@ -155,8 +156,11 @@ class CapturedBatchDecoder:
         finished = {b: (time.perf_counter(), t) for b, t in enumerate(state.texts())}
         entries = log[:steps].tolist() if sources else []
         method = "captured_sample" if sampler is not None and not self.proposers else self.method
-        return _results(rows, finished, entries, names, start, options.get("tokenizer"), method,
-                        steps + any(len(r) > 1 for r in rows))
+        result = _results(rows, finished, entries, names, start, options.get("tokenizer"), method,
+                          steps + any(len(r) > 1 for r in rows))
+        if not self._practice:  # a memory of outputs (prompt lookup's) grows by a call's, not by `capture`'s or `measure`'s
+            remember(sources, [row.token_ids for row in result])
+        return result
 
     def _cache(self, rows: int, backend: str) -> StaticBatchCache:
         """The batch size's static cache, made at its first call and kept (its buffers keep their addresses)."""
@@ -229,9 +233,12 @@ class CapturedBatchDecoder:
         (`program_shapes`: each captured width, with and without the window, and every node), rather
         than at first use inside a call; returns the seconds taken. Without `cost` the decoder has
         one program, and any call compiles it."""
-        start = time.perf_counter()
-        self(prompts, 3, eos_token_id=[])
-        self._each_program(prompts, 3)
+        start, self._practice = time.perf_counter(), True
+        try:
+            self(prompts, 3, eos_token_id=[])
+            self._each_program(prompts, 3)
+        finally:
+            self._practice = False
         return time.perf_counter() - start
 
     def measure(self, prompts: Sequence[object], new_tokens: int = 16) -> CostSurface:
@@ -242,9 +249,14 @@ class CapturedBatchDecoder:
         if self.cost is None:
             raise ValueError("measure times an adaptive decoder's programs: make the decoder with cost=... (any surface)")
         check_int("new_tokens", new_tokens, 2)
-        if self.step_width is None:  # the widths known from a first call
-            self(prompts, 2, eos_token_id=[])
-        return program_cost(self._each_program(prompts, new_tokens), self.step_width - 1 - self.draft_width)
+        self._practice = True
+        try:
+            if self.step_width is None:  # the widths known from a first call
+                self(prompts, 2, eos_token_id=[])
+            times = self._each_program(prompts, new_tokens)
+        finally:
+            self._practice = False
+        return program_cost(times, self.step_width - 1 - self.draft_width)
 
     def _each_program(self, prompts: Sequence[object], new_tokens: int) -> dict[tuple[int, bool], float]:
         """A call of `prompts` at each program shape (`program_shapes`; its first step uncompiled),

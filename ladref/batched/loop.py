@@ -31,7 +31,7 @@ from ..results import BatchResult, DecodeResult, DecodeStats
 from ..rows import per_row
 from ..runner import ModelFacts, check_model
 from .cache import BatchCache
-from .source import BatchChoice, BatchSource, FeedAll
+from .source import BatchChoice, BatchSource, FeedAll, remember
 from .state import BatchState
 from .step import BatchStep, Outcome, Plan
 
@@ -105,7 +105,9 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         cache.prefill(rows, backend)
         finished, log, passes = _run(step, state, len(sources), first, steps_per_read)
     sync(facts.device)
-    return _results(rows, finished, log, [s.name for s in sources], start, tokenizer, method, passes + any(len(r) > 1 for r in rows))
+    result = _results(rows, finished, log, [s.name for s in sources], start, tokenizer, method, passes + any(len(r) > 1 for r in rows))
+    remember(sources, [row.token_ids for row in result])
+    return result
 
 
 def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,

@@ -10,6 +10,7 @@ each (`ladref.batched.sources`); any other `Proposer` runs in a batch through
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -82,6 +83,21 @@ class BatchSource(Protocol):
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep` ((B',) long, in order): finished rows left."""
+
+
+@runtime_checkable
+class Remembers(Protocol):
+    """A batch source that keeps something across calls (prompt lookup's memory of earlier outputs)."""
+
+    def finish(self, outputs: Sequence[Sequence[int]]) -> None:
+        """The call's end: every row's output (its new tokens), in the batch's order."""
+
+
+def remember(sources: Sequence[object], outputs: Sequence[Sequence[int]]) -> None:
+    """Tell every source that remembers (`Remembers`) the rows' outputs, once a call has ended."""
+    for source in sources:
+        if isinstance(source, Remembers):
+            source.finish(outputs)
 
 
 class BatchChoice(Protocol):

@@ -5,6 +5,14 @@ their prompt. The proposer finds the most recent earlier occurrences of the last
 sequence (prompt plus output; n from `max_ngram` down to `min_ngram`, the longest that matches
 wins) and proposes the tokens that followed each of them, merged into a trie. Nothing is
 learned but the text itself.
+
+With a ``memory`` (a `ladref.sources.suffix_trie.SuffixMemory`, the one suffix decoding keeps) it
+also remembers across requests: the earlier outputs the memory kept when the request began
+(`SuffixMemory.corpus`, its newest ``max_tokens`` places) are searched as if they came before the
+prompt, each on its own (no n-gram spans two of them, no draft runs past one's end), so on an
+equally long match the request's own text wins; the request's output is recorded into the memory.
+Its batch form searches that memory on the device, inside a captured step
+(`ladref.batched.sources.lookup`).
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from ..decode import decode_with_proposers
 from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
 from ..results import BatchResult, DecodeResult
+from ..runner import ModelFacts
 from ..tree import DraftTree
 from ..types import Budget, Prompts, TokenIds
+from .suffix_trie import SuffixMemory
 
 
 def check_lookup(draft_len: int, max_ngram: int, min_ngram: int, max_matches: int) -> None:
@@ -49,42 +59,67 @@ class PromptLookupProposer(DraftSource):
         max_ngram: longest suffix of the text looked up.
         min_ngram: shortest suffix looked up; a shorter match proposes nothing.
         max_matches: most matches whose continuations are proposed (most recent first).
+        memory: a `SuffixMemory` kept across calls (shared with suffix decoding's proposers, if
+            wished): its outputs are searched before the prompt, and each request's output joins it.
     """
 
     name = "prompt_lookup"
 
-    def __init__(self, draft_len: int = 10, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 1) -> None:
+    def __init__(self, draft_len: int = 10, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 1,
+                 memory: SuffixMemory | None = None) -> None:
         check_lookup(draft_len, max_ngram, min_ngram, max_matches)
+        if memory is not None and not isinstance(memory, SuffixMemory):
+            raise TypeError(f"memory must be a SuffixMemory or None, got {type(memory).__name__}")
         self.draft_len, self.max_ngram, self.min_ngram, self.max_matches = draft_len, max_ngram, min_ngram, max_matches
-        self.text: list[int] = []
+        self.memory, self.key = memory, None
+        self.text: list[int] = []  # the memory's outputs (separated by -1), then the request's prompt and output
+        self.start = self.since = 0  # where the request's text starts; where the last separator's segment does
         self.ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> positions where an occurrence ends
         self.evidence = 0
 
     def begin(self, prompt: Sequence[int]) -> None:
-        self.text, self.ends = [], {}
+        """A new request: the memory's outputs (if any, as it holds them now), then the prompt, indexed;
+        a new record in the memory for the request's output."""
+        self.text, self.ends, self.since = [], {}, 0
+        if self.memory is not None:
+            self._append(self.memory.corpus(self.memory.max_tokens))
+            self.key = self.memory.open()
+        self.start = len(self.text)
         self._append(prompt)
 
     def _append(self, tokens: Sequence[int]) -> None:
-        """Extend the text and index every n-gram (min_ngram <= n <= max_ngram) that now ends in it."""
+        """Extend the text and index every n-gram (min_ngram <= n <= max_ngram) that now ends in it,
+        none across a separator (-1: the end of a remembered output)."""
         for token in tokens:
             self.text.append(int(token))
             end = len(self.text) - 1
-            for n in range(self.min_ngram, min(self.max_ngram, end + 1) + 1):
+            if token < 0:
+                self.since = end + 1
+            for n in range(self.min_ngram, min(self.max_ngram, end + 1 - self.since) + 1):
                 self.ends.setdefault(tuple(self.text[end - n + 1 : end + 1]), []).append(end)
 
     def propose(self, context: Sequence[int]) -> DraftTree:
-        """The continuations of the most recent earlier occurrences of the longest matching suffix."""
+        """The continuations of the most recent earlier occurrences of the longest matching suffix
+        (a remembered output's, cut at its end, count as older than the request's)."""
         last, self.evidence = len(self.text) - 1, 0
-        for n in range(min(self.max_ngram, len(self.text)), self.min_ngram - 1, -1):
-            earlier = [end for end in self.ends.get(tuple(self.text[-n:]), ()) if end < last]
+        for n in range(min(self.max_ngram, len(self.text) - self.start), self.min_ngram - 1, -1):
+            earlier = [end for end in self.ends.get(tuple(self.text[-n:]), ()) if end < last and self.text[end + 1] >= 0]
             if earlier:
-                drafts = [self.text[end + 1 : end + 1 + self.draft_len] for end in reversed(earlier[-self.max_matches :])]
+                drafts = [self._after(end) for end in reversed(earlier[-self.max_matches :])]
                 self.evidence = n
                 return DraftTree.from_paths(drafts, self.name)
         return DraftTree.empty()
 
+    def _after(self, end: int) -> list[int]:
+        """The (at most ``draft_len``) tokens after position `end`, up to a separator."""
+        after = self.text[end + 1 : end + 1 + self.draft_len]
+        return after[: after.index(-1)] if -1 in after else after
+
     def learn(self, outcome: StepOutcome) -> None:
+        """The committed tokens join the text and, with a memory, the request's record there."""
         self._append(outcome.tokens)
+        if self.memory is not None:
+            self.memory.record(self.key, outcome.tokens)
 
 
 def prompt_lookup_decode(
@@ -96,6 +131,7 @@ def prompt_lookup_decode(
     max_ngram: int = 3,
     min_ngram: int = 1,
     max_matches: int = 1,
+    memory: SuffixMemory | None = None,
     **options: Unpack[DecodeOptions],
 ) -> DecodeResult | BatchResult:
     """Prompt lookup decoding (native); greedy output identical to `greedy_decode`.
@@ -108,12 +144,16 @@ def prompt_lookup_decode(
         max_ngram: longest suffix of the text looked up.
         min_ngram: shortest suffix looked up.
         max_matches: most matches whose continuations are drafted (a tree when > 1).
+        memory: a `SuffixMemory` of earlier outputs, searched before each prompt and kept and grown
+            by this call (a batch's rows record their outputs when the call ends); None: none.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
             ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "prompt_lookup".
     """
-    proposer = PromptLookupProposer(draft_len, max_ngram, min_ngram, max_matches)
+    proposer = PromptLookupProposer(draft_len, max_ngram, min_ngram, max_matches, memory)
+    if memory is not None:
+        memory.bind(ModelFacts.of(model).vocab_size)  # a memory of another model's tokens is refused
     accept("prompt_lookup_decode", options, DecodeOptions)
     return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "prompt_lookup", draft_len, options)

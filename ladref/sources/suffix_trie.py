@@ -186,6 +186,14 @@ class SuffixMemory:
             self.records[key] = ([], [])
             return key
 
+    def corpus(self, width: int) -> list[int]:
+        """The kept outputs as one text: oldest first, each followed by -1 (a separator no n-gram
+        spans), cut to its last `width` places (prompt lookup's memory: `ladref.PromptLookupProposer`)."""
+        check_int("width", width, 1)
+        with self.lock:
+            places = [t for text, _ in self.records.values() for t in (*text, -1)]
+        return places[-width:]
+
     def record(self, key: int, tokens: Sequence[int]) -> None:
         """Append `tokens` to record `key` (nothing if it was evicted), evicting the oldest others past the bound."""
         with self.lock:

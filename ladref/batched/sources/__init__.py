@@ -35,7 +35,9 @@ def batched_source(proposer: Proposer, max_depth: int, vocab_size: int) -> Batch
     if kind is PromptLookupProposer:
         from .lookup import BatchPromptLookup
 
-        return BatchPromptLookup(proposer.draft_len, proposer.max_ngram, proposer.min_ngram, proposer.max_matches)
+        if proposer.memory is not None:
+            proposer.memory.bind(vocab_size)  # a memory of another model's tokens is refused
+        return BatchPromptLookup(proposer.draft_len, proposer.max_ngram, proposer.min_ngram, proposer.max_matches, proposer.memory)
     if kind is LookaheadProposer:
         from .lookahead import BatchLookahead
 

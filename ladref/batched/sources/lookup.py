@@ -12,11 +12,16 @@ tokens, for every n up to ``max_ngram`` and every row at once, as in vLLM's GPU 
    recent first, and the tokens after each are gathered from the text, cut at its end.
 
 The search is O(X * G) per row and step (X: the text's width), independent of what a row found.
-Nothing is learned but the text, which the state already holds.
+Nothing is learned but the text, which the state already holds. With a ``memory`` (a
+`ladref.sources.suffix_trie.SuffixMemory`) the text searched is the memory's earlier outputs, made
+a (C,) tensor at `begin` (C: the memory's ``max_tokens``, fixed, so a captured step keeps its
+shape), then each row's text: negative ids separate the outputs (no run spans them, no draft
+crosses them), and every row's output joins the memory when the call ends (`finish`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +31,7 @@ from ...sources.prompt_lookup import check_lookup
 from ..drafts import Drafts
 from ..source import Outcome
 from ..state import BatchState
+from ...sources.suffix_trie import SuffixMemory
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,14 +67,18 @@ class LookupShape:
 
 
 def lookup_drafts(text: torch.Tensor, length: torch.Tensor, shape: LookupShape, min_ngram: int,
-                  max_matches: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  max_matches: int, separated: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every row's prompt lookup drafts: the continuations of its longest suffix's latest earlier occurrences.
 
     Args:
-        text: (B, X) long token ids (non-negative), the first ``length[b]`` of row b its text.
+        text: (B, X) long token ids, the first ``length[b]`` of row b its text (the last
+            ``length[b] - start`` of them, at least the current token, its own: non-negative).
         length: (B,) long, at least 1.
         shape: the constants for X, G = ``max_ngram`` and D = ``draft_len``.
         min_ngram: the shortest suffix drafted from; max_matches: m, most matches drafted (most recent first).
+        separated: the text holds separators (negative ids, a remembered corpus's) before the rows'
+            own: a suffix matches up to the first one back, an end right before one drafts
+            nothing, and a draft stops at one.
 
     Returns:
         tokens: (B, m * D) long, m chains: the tokens after each match (0 where not drafted);
@@ -80,10 +90,14 @@ def lookup_drafts(text: torch.Tensor, length: torch.Tensor, shape: LookupShape, 
     padded = F.pad(text, (g - 1, shape.draft_len), value=-1)  # (B, G - 1 + X + D)
     last = length[:, None] + (g - 1)  # (B, 1): the padded position after the current token
     tail = padded.gather(1, last + shape.back)  # (B, G); a place before the text is never reached by a run
+    if separated:  # ... a separator there would match another: never
+        tail = tail.masked_fill(tail < 0, -2)
     windows = padded[:, : x + g - 1].unfold(1, g, 1)  # (B, X, G): [b, e, j] = text[b, e - (G-1) + j]
     # 2. The run of equal tokens back from e is G - (the newest mismatch's weight); key = e + X * run.
     newest = ((windows != tail[:, None, :]) * shape.weight).amax(-1)  # (B, X)
     key = torch.sub(shape.base, newest, alpha=x) * (shape.shifted < last)  # ends not before the current token: run 0
+    if separated:  # an end followed by a separator continues with nothing
+        key = key * (padded[:, g : g + x] >= 0)
     # 3. The longest run wins; among the ends with it, the most recent first.
     top, ends = key.topk(min(max_matches, x), dim=1)  # (B, m)
     if max_matches > x:  # more matches than positions: the extra ones stay empty
@@ -92,7 +106,10 @@ def lookup_drafts(text: torch.Tensor, length: torch.Tensor, shape: LookupShape, 
     found = run >= run[:, :1].clamp(min=min_ngram)  # (B, m) the matches drafted
     at = (ends[:, :, None] + shape.ahead).view(rows, -1)  # (B, m * D) the padded positions copied
     valid = (at.view(rows, max_matches, -1) < (last * found)[:, :, None]).view(rows, -1)
-    return torch.where(valid, padded.gather(1, at), 0), valid, run[:, :1] * found[:, :1]
+    tokens = padded.gather(1, at)
+    if separated:  # a chain stops at its first separator
+        valid = valid & (tokens >= 0).long().view(rows, max_matches, -1).cummin(-1).values.view(rows, -1).bool()
+    return torch.where(valid, tokens, 0), valid, run[:, :1] * found[:, :1]
 
 
 class BatchPromptLookup:
@@ -104,35 +121,52 @@ class BatchPromptLookup:
         min_ngram: shortest suffix looked up; a shorter match proposes nothing.
         max_matches: m, most matches whose continuations are proposed (most recent first), merged
             into one trie by the step.
+        memory: a `SuffixMemory` whose outputs are searched before every row's text, and which
+            every row's output joins when the call ends (`finish`); None: each row's text alone.
 
     Attributes:
         parents: (m * D,) long, m chains of D slots (static: the tree never changes shape).
-        shape: the `LookupShape` of the batch's text (None before `begin`).
+        shape: the `LookupShape` of the batch's text (None before `begin`), the corpus included.
+        corpus: (C,) long, the memory's outputs as `begin` found them, separated and left-padded
+            with -1 (C: its ``max_tokens``); None without a memory.
     """
 
     name, topk, window = "prompt_lookup", 0, None
 
-    def __init__(self, draft_len: int = 10, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 1) -> None:
+    def __init__(self, draft_len: int = 10, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 1,
+                 memory: SuffixMemory | None = None) -> None:
         check_lookup(draft_len, max_ngram, min_ngram, max_matches)
         self.draft_len, self.max_ngram, self.min_ngram, self.max_matches = draft_len, max_ngram, min_ngram, max_matches
-        self.depth = draft_len
+        self.depth, self.memory, self.corpus = draft_len, memory, None
         slots = torch.arange(max_matches * draft_len)
         self.parents = torch.where(slots % draft_len == 0, -1, slots - 1)  # m chains
         self.source = torch.zeros_like(slots)  # every slot this source's (`Drafts.source`)
         self.shape: LookupShape | None = None
 
     def begin(self, state: BatchState) -> None:
-        """The constants for the batch's text width, on its device."""
+        """The memory's outputs as a (C,) tensor, and the constants for the width searched, on the batch's device."""
         device = state.text.device
-        self.shape = LookupShape.of(state.text.shape[1], self.max_ngram, self.draft_len, device)
+        if self.memory is not None:
+            places = self.memory.corpus(self.memory.max_tokens)
+            self.corpus = torch.tensor([-1] * (self.memory.max_tokens - len(places)) + places, dtype=torch.long, device=device)
+        width = state.text.shape[1] + (0 if self.corpus is None else self.corpus.shape[0])
+        self.shape = LookupShape.of(width, self.max_ngram, self.draft_len, device)
         self.parents, self.source = self.parents.to(device), self.source.to(device)
 
     def propose(self, state: BatchState) -> Drafts:
         """(B, m * D) drafts: chain c holds the continuation of the row's c-th most recent match."""
-        if self.shape is None or self.shape.width != state.text.shape[1] or self.shape.ahead.device != state.text.device:
+        text, length = state.text, state.length
+        if self.corpus is not None:  # the remembered outputs, then each row's text
+            text, length = torch.cat([self.corpus.expand(text.shape[0], -1), text], 1), length + self.corpus.shape[0]
+        if self.shape is None or self.shape.width != text.shape[1] or self.shape.ahead.device != text.device:
             self.begin(state)
-        tokens, valid, evidence = lookup_drafts(state.text, state.length, self.shape, self.min_ngram, self.max_matches)
+        tokens, valid, evidence = lookup_drafts(text, length, self.shape, self.min_ngram, self.max_matches, self.corpus is not None)
         return Drafts(tokens, self.parents, valid, self.source, evidence, self.max_matches == 1)
+
+    def finish(self, outputs: Sequence[Sequence[int]]) -> None:
+        """The call's end: every row's output (in the batch's order) joins the memory, one record each."""
+        for output in outputs if self.memory is not None else ():
+            self.memory.record(self.memory.open(), output)
 
     def learn(self, state: BatchState, outcome: Outcome, part: slice) -> None:
         """Nothing: the text the matches come from is ``state.text``."""
