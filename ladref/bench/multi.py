@@ -6,6 +6,8 @@ in the same order, and the rows that can remember keep what they learned from on
 * ``suffix_memory``: `ladref.SuffixProposer` with a `ladref.SuffixMemory` of the earlier outputs;
 * ``suffix``: the same proposer without a memory (the request's own text only);
 * ``recycling_warm``: one Token Recycling matrix kept across the requests (the paper's warm start);
+* ``prompt_lookup_memory``: `ladref.PromptLookupProposer` searching a `ladref.SuffixMemory` of the
+  earlier outputs before each prompt (the remembering source a captured step can run);
 * ``prompt_lookup`` and ``lookahead``: nothing kept across requests;
 * ``adaptive_all``: adaptive decoding with every source (prompt lookup, the lookahead window and
   pool, Token Recycling kept warm, suffix with its own memory), its learned acceptance kept too.
@@ -46,7 +48,8 @@ from .figures import panels, save
 from .methods import one_of
 
 WORKLOADS = ("mtbench", "humaneval")
-MULTI_METHODS = ("greedy", "suffix_memory", "suffix", "recycling_warm", "prompt_lookup", "lookahead", "adaptive_all")
+MULTI_METHODS = ("greedy", "suffix_memory", "suffix", "recycling_warm", "prompt_lookup", "prompt_lookup_memory", "lookahead",
+                 "adaptive_all")
 LATER = 10
 """The summary's S and speed "from request LATER on" (1-based): once the memories hold something."""
 
@@ -134,8 +137,10 @@ def multi_rows(model: torch.nn.Module, methods: Sequence[str], config: Lookahead
         elif method == "recycling_warm":
             warm = RecyclingProposer.for_model(model, warm=True)
             rows.append(MultiRow(method, lambda ids, n: recycling_decode(model, ids, n, proposer=warm, attention_backend=backend)))
-        elif method == "prompt_lookup":
-            run = lambda ids, n: prompt_lookup_decode(model, ids, n, draft_len=lookup_tokens, attention_backend=backend)  # noqa: E731
+        elif method in ("prompt_lookup", "prompt_lookup_memory"):
+            memory = SuffixMemory(memory_tokens) if method == "prompt_lookup_memory" else None
+            run = lambda ids, n, m=memory: prompt_lookup_decode(model, ids, n, draft_len=lookup_tokens, memory=m,  # noqa: E731
+                                                                attention_backend=backend)
             rows.append(MultiRow(method, run))
         elif method == "lookahead":
             rows.append(MultiRow(method, lambda ids, n: lookahead_decode(model, ids, n, config=config, attention_backend=backend)))
