@@ -11,7 +11,8 @@ Decoders (`--decoders`): "compiled greedy" (the baseline, always run), "captured
 lookahead" (4/4/4), "captured prompt lookup", "captured prompt lookup + memory" (the same with a
 `SuffixMemory` of the earlier prompts' outputs, searched on the device), and "captured adaptive": prompt lookup, the lookahead window
 7/4/7 and Token Recycling (`ladref.fast.adaptive.default_proposers`), chosen by the batch policy on the
-cost curve `--cost` (default: its own programs, timed once compiled), over the captured node counts `--widths`.
+cost curve `--cost` (default: its own programs, timed once compiled), over the captured node counts `--widths`;
+"captured adaptive + memory" is the same with prompt lookup's memory.
 
 Prints, per decoder: tokens/s over all prompts (prefill included), ms a step, tokens a step, its
 speedup over compiled greedy, how many outputs equal compiled greedy's, and, for a captured
@@ -39,7 +40,8 @@ from ladref.fast.surface import CostSurface
 SOURCES = {"captured greedy": lambda model: [], "captured lookahead": lambda model: [LookaheadProposer(LookaheadConfig(4, 4, 4))],
            "captured prompt lookup": lambda model: [PromptLookupProposer(4)],
            "captured prompt lookup + memory": lambda model: [PromptLookupProposer(4, memory=SuffixMemory())],
-           "captured adaptive": default_proposers}
+           "captured adaptive": default_proposers,
+           "captured adaptive + memory": lambda model: [PromptLookupProposer(memory=SuffixMemory())] + default_proposers(model)[1:]}
 
 
 class Clocked:
@@ -87,7 +89,7 @@ def main() -> None:
     widths = [int(w) for w in args.widths.split(",")]
     decoders = {"compiled greedy": CompiledDecoder(model, None, max_length=args.max_length, mode=args.mode)}
     for name in args.decoders.split(","):
-        adaptive = {"cost": surface, "widths": widths} if name == "captured adaptive" else {}
+        adaptive = {"cost": surface, "widths": widths} if name.startswith("captured adaptive") else {}
         decoders[name] = CapturedBatchDecoder(model, SOURCES[name](model), max_length=args.max_length, mode=args.mode,
                                               steps_per_read=args.steps_per_read, **adaptive)
     compile_s = {}
@@ -96,7 +98,7 @@ def main() -> None:
         decoder(ids[0], 16) if isinstance(decoder, CompiledDecoder) else decoder.capture([ids[0]])
         compile_s[name] = time.perf_counter() - start
         print(f"{name}: compiled in {compile_s[name]:.0f} s", flush=True)
-        if name == "captured adaptive" and args.cost == "captured":
+        if name.startswith("captured adaptive") and args.cost == "captured":
             decoder.cost = decoder.measure([ids[0]])
             curve = decoder.cost.at(1).curve(args.max_length)  # a staircase: print where it steps
             print(f"{name}: its programs' t(q), ms, up to q: "

@@ -128,6 +128,23 @@ def test_measure_times_the_decoders_own_programs_and_prices_its_steps_with_them(
         CapturedBatchDecoder(model, SOURCES["lookahead"](16), max_length=64, mode=None).measure(batch)
 
 
+def test_a_memory_of_outputs_grows_by_each_call_and_not_by_capture_or_measure():
+    model = tiny_model("llama", 16, 0)
+    batch, budgets = [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5]], [12, 10]
+    memory = SuffixMemory(64)
+    decoder = CapturedBatchDecoder(model, [LookaheadProposer(LookaheadConfig(2, 3, 2)), PromptLookupProposer(3, memory=memory)],
+                                   max_length=128, mode=None, cost=CostSurface.of(CostModel.from_ratios(COSTS["flat"])), widths=(2,))
+    decoder.capture(batch)
+    decoder.cost = decoder.measure(batch, 4)
+    assert memory.records == {}  # practice calls: nothing remembered
+    first = decoder(batch, budgets, eos_token_id=[])
+    assert [text for text, _ in memory.records.values()] == first.token_ids == greedy(model, batch, budgets)
+    again = decoder(batch, budgets, eos_token_id=[])  # now drafting from the first call's outputs too
+    assert again.token_ids == first.token_ids and len(memory.records) == 4
+    lookup = [sum(k * n for k, n in row.stats.accepted_by_source["prompt_lookup"].items()) for row in (*first, *again)]
+    assert sum(lookup[2:]) > sum(lookup[:2])  # the same prompts again: the memory holds their outputs
+
+
 def test_a_draft_budget_narrows_every_step_and_keeps_greedy():
     model = tiny_model("gpt2", 16, 2)
     batch, budgets = [[1, 2, 3, 1, 2, 3], [4, 5, 4, 5], [6]], [18, 12, 15]

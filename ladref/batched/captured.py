@@ -25,7 +25,6 @@ narrowest captured width that holds it (within a run of k > 1 steps, the run's w
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -46,7 +45,7 @@ from ..fast.policy import PolicySettings
 from ..fast.surface import CostSurface
 from .loop import _results, check_rows
 from .policy import BatchPolicy
-from .program import captured_step, check_node_widths, check_settings, program_cost, program_shapes
+from .program import captured_step, check_node_widths, check_settings, each_program, program_cost
 from .sample import KeyedSampler
 from .source import FeedAll, remember
 from .sources import batched_sources
@@ -106,7 +105,7 @@ class CapturedBatchDecoder:
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
         self.policy: BatchPolicy | None = None  # the last adaptive call's
         self._forced: tuple[int, bool] | None = None  # `capture`'s and `measure`'s shape for every step of a call
-        self._practice = False  # inside `capture` or `measure`: their calls' outputs are not remembered
+        self._practice = False  # inside `capture` or `measure` (`each_program`): their calls' outputs are not remembered
 
     @property
     def method(self) -> str:
@@ -233,12 +232,8 @@ class CapturedBatchDecoder:
         (`program_shapes`: each captured width, with and without the window, and every node), rather
         than at first use inside a call; returns the seconds taken. Without `cost` the decoder has
         one program, and any call compiles it."""
-        start, self._practice = time.perf_counter(), True
-        try:
-            self(prompts, 3, eos_token_id=[])
-            self._each_program(prompts, 3)
-        finally:
-            self._practice = False
+        start = time.perf_counter()
+        each_program(self, prompts, 3, first=3)
         return time.perf_counter() - start
 
     def measure(self, prompts: Sequence[object], new_tokens: int = 16) -> CostSurface:
@@ -249,32 +244,5 @@ class CapturedBatchDecoder:
         if self.cost is None:
             raise ValueError("measure times an adaptive decoder's programs: make the decoder with cost=... (any surface)")
         check_int("new_tokens", new_tokens, 2)
-        self._practice = True
-        try:
-            if self.step_width is None:  # the widths known from a first call
-                self(prompts, 2, eos_token_id=[])
-            times = self._each_program(prompts, new_tokens)
-        finally:
-            self._practice = False
+        times = each_program(self, prompts, new_tokens, first=2 if self.step_width is None else 0)  # a first call sizes it
         return program_cost(times, self.step_width - 1 - self.draft_width)
-
-    def _each_program(self, prompts: Sequence[object], new_tokens: int) -> dict[tuple[int, bool], float]:
-        """A call of `prompts` at each program shape (`program_shapes`; its first step uncompiled),
-        returning the median seconds of each shape's compiled steps."""
-        clock, times = self.program, {}
-
-        def timed(*args: object) -> object:
-            start = time.perf_counter()
-            out = clock(*args)
-            sync(self.facts.device)
-            times.setdefault(args[3:5], []).append(time.perf_counter() - start)
-            return out
-
-        self.program = timed
-        try:
-            for shape in program_shapes(self):
-                self._forced = shape
-                self(prompts, new_tokens, eos_token_id=[])
-        finally:
-            self.program, self._forced = clock, None
-        return {shape: statistics.median(t) for shape, t in times.items()}

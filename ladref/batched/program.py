@@ -5,15 +5,19 @@ then the next step's plan) as one function of tensors, its shapes fixed by the h
 draft nodes fed and whether the window is). It plans the next step at its end, so the shape the
 host reads between steps is that of the plan the next step runs, chosen after this step's outcome.
 `ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs it. The helpers here say
-what it can take (`capturable`, `check_node_widths`).
+what it can take (`capturable`, `check_node_widths`), which programs it runs (`program_shapes`),
+and run and price them (`each_program`, `program_cost`).
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Sequence
 
 import torch
 
+from ..call import sync
 from ..config import check_int
 from ..fast.cost import CostModel
 from ..fast.surface import CostSurface
@@ -60,6 +64,33 @@ def program_cost(times: dict[tuple[int, bool], float], cells: int) -> CostSurfac
     qs = sorted(steps)
     stairs = {1: steps[qs[0]], **steps, **{a + 1: steps[b] for a, b in zip(qs, qs[1:]) if b > a + 1}}
     return CostSurface.of(CostModel.from_times(stairs, label=f"captured programs ({len(times)})"))
+
+
+def each_program(decoder: object, prompts: Sequence[object], new_tokens: int, first: int = 0) -> dict[tuple[int, bool], float]:
+    """A `CapturedBatchDecoder`'s practice calls (`capture`, `measure`): a first call of `first` new
+    tokens (none: 0), then a call of `new_tokens` at each program shape (`program_shapes`; its first
+    step uncompiled). Returns the median seconds of each shape's compiled steps; no output of
+    these calls is remembered (a source's memory of outputs is left as it was)."""
+    clock, times = decoder.program, {}
+
+    def timed(*args: object) -> object:
+        start = time.perf_counter()
+        out = clock(*args)
+        sync(decoder.facts.device)
+        times.setdefault(args[3:5], []).append(time.perf_counter() - start)
+        return out
+
+    decoder._practice = True
+    try:
+        if first:
+            decoder(prompts, first, eos_token_id=[])
+        decoder.program = timed
+        for shape in program_shapes(decoder):
+            decoder._forced = shape
+            decoder(prompts, new_tokens, eos_token_id=[])
+    finally:
+        decoder.program, decoder._forced, decoder._practice = clock, None, False
+    return {shape: statistics.median(t) for shape, t in times.items()}
 
 
 def check_settings(proposers: Sequence[Proposer], max_length: int, steps_per_read: int, draft_budget: int | None,
