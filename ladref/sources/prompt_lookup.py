@@ -59,8 +59,8 @@ class PromptLookupProposer(DraftSource):
         max_ngram: longest suffix of the text looked up.
         min_ngram: shortest suffix looked up; a shorter match proposes nothing.
         max_matches: most matches whose continuations are proposed (most recent first).
-        memory: a `SuffixMemory` kept across calls (shared with suffix decoding's proposers, if
-            wished): its outputs are searched before the prompt, and each request's output joins it.
+        memory: a `SuffixMemory` kept across calls: its outputs are searched before the prompt, and
+            each request's output joins it (so give a decoder's other sources memories of their own).
     """
 
     name = "prompt_lookup"
