@@ -9,15 +9,15 @@ Usage:
                                                       # results give, or a result is not stamped with a clean commit
 
 `run` refuses a checkout with uncommitted changes to tracked files (a result names the commit it
-measured), runs each benchmark's command into ``benchmarks/results/<benchmark>/`` (emptied first),
-then renders. Past runs, A/B experiments and logs are in ``benchmarks/archive/`` (its INDEX.md).
+measured), runs each benchmark's command into ``benchmarks/results/<benchmark>/`` (whatever the run
+did not write again is removed after it: emptied before, the folder's tracked files would already
+be changes when the run reads its commit), then renders. Past runs, A/B experiments and logs are in ``benchmarks/archive/`` (its INDEX.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,13 +93,16 @@ def run(names: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for name in chosen:
             out = RESULTS / name
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir(parents=True)
+            out.mkdir(parents=True, exist_ok=True)  # emptied after the run, not before: the files a run
+            before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}  # stamps read a clean tree
             if name == "demo":
                 run_demo(out)
-                continue
-            print("+", " ".join(command(name, out, Path(scratch))[1:]), flush=True)
-            subprocess.run(command(name, out, Path(scratch)), cwd=ROOT, check=True)
+            else:
+                print("+", " ".join(command(name, out, Path(scratch))[1:]), flush=True)
+                subprocess.run(command(name, out, Path(scratch)), cwd=ROOT, check=True)
+            for path, stamp in before.items():  # what this run did not write again is stale
+                if path.exists() and path.stat().st_mtime_ns == stamp:
+                    path.unlink()
     return render()
 
 
