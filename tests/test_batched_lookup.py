@@ -188,5 +188,11 @@ def test_proposing_reads_nothing_and_costs_the_same_ops_for_any_batch(max_matche
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="min_ngram"):
         BatchPromptLookup(max_ngram=2, min_ngram=3)
+    with pytest.raises(TypeError, match="memory must be a SuffixMemory"):
+        PromptLookupProposer(memory={})
+    memory = memory_of([[1, 2]], 8)
+    memory.bind(16)
+    with pytest.raises(ValueError, match="vocabulary of 16 ids"):  # a memory of another model's tokens
+        prompt_lookup_decode(tiny_model("llama", 8, 0), [1, 2], 2, memory=memory)
     with pytest.raises((TypeError, ValueError), match="draft_len"):
         BatchPromptLookup(draft_len=0)

@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 
 from ...sources.prompt_lookup import check_lookup
+from ...sources.suffix_trie import SuffixMemory
 from ..drafts import Drafts
 from ..source import Outcome
 from ..state import BatchState
-from ...sources.suffix_trie import SuffixMemory
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,8 +71,8 @@ def lookup_drafts(text: torch.Tensor, length: torch.Tensor, shape: LookupShape, 
     """Every row's prompt lookup drafts: the continuations of its longest suffix's latest earlier occurrences.
 
     Args:
-        text: (B, X) long token ids, the first ``length[b]`` of row b its text (the last
-            ``length[b] - start`` of them, at least the current token, its own: non-negative).
+        text: (B, X) long token ids, the first ``length[b]`` of row b its text: non-negative ids,
+            but for the separators (negative) of a corpus placed before the row's own tokens.
         length: (B,) long, at least 1.
         shape: the constants for X, G = ``max_ngram`` and D = ``draft_len``.
         min_ngram: the shortest suffix drafted from; max_matches: m, most matches drafted (most recent first).
@@ -90,7 +90,7 @@ def lookup_drafts(text: torch.Tensor, length: torch.Tensor, shape: LookupShape, 
     padded = F.pad(text, (g - 1, shape.draft_len), value=-1)  # (B, G - 1 + X + D)
     last = length[:, None] + (g - 1)  # (B, 1): the padded position after the current token
     tail = padded.gather(1, last + shape.back)  # (B, G); a place before the text is never reached by a run
-    if separated:  # ... a separator there would match another: never
+    if separated:  # a place before the row's own tokens may hold a separator: make it match nothing
         tail = tail.masked_fill(tail < 0, -2)
     windows = padded[:, : x + g - 1].unfold(1, g, 1)  # (B, X, G): [b, e, j] = text[b, e - (G-1) + j]
     # 2. The run of equal tokens back from e is G - (the newest mismatch's weight); key = e + X * run.
