@@ -11,7 +11,8 @@ Usage:
 `run` refuses a checkout with uncommitted changes to tracked files (a result names the commit it
 measured), runs each benchmark's command into ``benchmarks/results/<benchmark>/`` (whatever the run
 did not write again is removed after it: emptied before, the folder's tracked files would already
-be changes when the run reads its commit), then renders. Past runs, A/B experiments and logs are in ``benchmarks/archive/`` (its INDEX.md).
+be changes when the run reads its commit), then renders. Past runs, A/B experiments and logs are
+in ``benchmarks/archive/`` (its INDEX.md).
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def run(names: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for name in chosen:
             out = RESULTS / name
-            out.mkdir(parents=True, exist_ok=True)  # emptied after the run, not before: the files a run
-            before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}  # stamps read a clean tree
+            out.mkdir(parents=True, exist_ok=True)  # cleared after the run, not before, so the run reads a clean tree
+            before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
             if name == "demo":
                 run_demo(out)
             else:

@@ -511,7 +511,8 @@ def test_multi_request_rows_keep_their_memories_across_requests_and_match_greedy
     for i in range(5):
         assert by[(i, "suffix")].memory_tokens == 0 and by[(i, "suffix")].host_s > 0
         assert by[(i, "greedy")].host_s == 0 and by[(i, "lookahead")].memory_tokens == 0
-        for method in ("suffix_memory", "adaptive_all"):  # the memory fills; past its bound of 40 tokens the oldest leave
+        assert by[(i, "prompt_lookup")].memory_tokens == 0
+        for method in ("suffix_memory", "prompt_lookup_memory", "adaptive_all"):  # the memory fills; past 40 tokens the oldest leave
             assert (12 * (i + 1) if i < 3 else 12) <= by[(i, method)].memory_tokens <= 40 and by[(i, method)].memory_nodes > 0
     summary = summarize_multi(records, later=3)
     assert [s["method"] for s in summary] == list(MULTI_METHODS) and all(s["matches"] == 5 for s in summary)

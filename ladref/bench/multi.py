@@ -14,8 +14,8 @@ in the same order, and the rows that can remember keep what they learned from on
 
 Workloads (`WORKLOADS`): ``mtbench``, Spec-Bench's MT-bench questions as two-turn chats (the
 second request holds the first turn, greedy's answer to it and the second turn), and
-``humaneval``, the HumanEval prompts in order. Each output is checked against greedy's; each
-suffix row reports its memory's size and the host time its proposer spent per step.
+``humaneval``, the HumanEval prompts in order. Each output is checked against greedy's; each row
+with a memory reports its size, and each suffix row the host time its proposer spent per step.
 
     python -m ladref bench --multi-request mtbench --limit 15 --max-new-tokens 96 --threads 2 \\
         --out benchmarks/archive/multi --figure docs/img/multi_mtbench_cpu.png
@@ -106,11 +106,13 @@ class TimedSuffix(SuffixProposer):
 
 @dataclass
 class MultiRow:
-    """One row: decodes a request with the state it keeps; `suffix` is its suffix proposer, if any."""
+    """One row: decodes a request with the state it keeps; `suffix` is its suffix proposer, if any, and
+    `lookup_memory` its prompt lookup's memory, if any."""
 
     label: str
     run: Callable[[torch.Tensor, int], DecodeResult]
     suffix: TimedSuffix | None = None
+    lookup_memory: SuffixMemory | None = None
 
     @property
     def host_s(self) -> float:
@@ -119,8 +121,8 @@ class MultiRow:
 
     @property
     def memory_size(self) -> tuple[int, int]:
-        """Its suffix memory's tokens and trie nodes ((0, 0): none)."""
-        memory = None if self.suffix is None else self.suffix.memory
+        """Its memory's (suffix decoding's or prompt lookup's) tokens and trie nodes ((0, 0): none)."""
+        memory = self.lookup_memory if self.suffix is None else self.suffix.memory
         return (0, 0) if memory is None else (memory.tokens, memory.trie.nodes)
 
 
@@ -141,7 +143,7 @@ def multi_rows(model: torch.nn.Module, methods: Sequence[str], config: Lookahead
             memory = SuffixMemory(memory_tokens) if method == "prompt_lookup_memory" else None
             run = lambda ids, n, m=memory: prompt_lookup_decode(model, ids, n, draft_len=lookup_tokens, memory=m,  # noqa: E731
                                                                 attention_backend=backend)
-            rows.append(MultiRow(method, run))
+            rows.append(MultiRow(method, run, lookup_memory=memory))
         elif method == "lookahead":
             rows.append(MultiRow(method, lambda ids, n: lookahead_decode(model, ids, n, config=config, attention_backend=backend)))
         else:  # adaptive_all: every source, each keeping what it can across requests, and the learned acceptance
@@ -161,7 +163,7 @@ class RequestRecord:
         method: the row; prompt_tokens: L; new_tokens, steps, compression (S), wall_s: as `ladref.DecodeStats`.
         match: output identical to greedy's on this request.
         host_s: seconds its suffix proposer spent in propose and learn (0: no suffix proposer).
-        memory_tokens, memory_nodes: its suffix memory's tokens and trie nodes after the request (0: none).
+        memory_tokens, memory_nodes: its memory's tokens and trie nodes after the request (0: none).
     """
 
     index: int
@@ -283,7 +285,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--multi-request", choices=WORKLOADS, default=None, help="decode a workload's requests one after another, each "
         "row keeping its memory across them (ladref.bench.multi): mtbench (two-turn chats) or humaneval; --limit "
         "counts conversations; rows from " + ", ".join(MULTI_METHODS) + " (--method picks some)")
-    add("--memory-tokens", type=int, default=8192, help="--multi-request: the suffix memories' bound, in tokens (default 8192)")
+    add("--memory-tokens", type=int, default=8192, help="--multi-request: the memories' bound, in tokens (default 8192)")
 
 
 def run_multi_command(model: torch.nn.Module, tokenizer: object, methods: Sequence[str], args: argparse.Namespace, meta: dict) -> int:
