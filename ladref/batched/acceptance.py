@@ -110,8 +110,8 @@ class Acceptance:
                 value = torch.cat([value, value.new_zeros(value.shape[0], ring.shape[2] - value.shape[1], *value.shape[2:])], 1)
             ring.index_copy_(0, at, value[None])
         self.won.index_fill_(0, at, 0)
-        self.slot += 1
-        self.expected += expected
+        self.slot.add_(1)
+        self.expected.add_(expected)
         self.seen = length
 
     def _settle(self, at: torch.Tensor) -> None:
@@ -126,7 +126,7 @@ class Acceptance:
         won = self.won.index_select(0, at)[0]
         others = torch.cat([won[:, : self.window_source], won[:, self.window_source + 1 :]], dim=1)
         best = others.max(-1).values if others.shape[1] else torch.zeros_like(won[:, 0])
-        self.window_value = 0.9 * self.window_value + 0.1 * (won[:, self.window_source] - best).clamp(min=0)
+        self.window_value.copy_(0.9 * self.window_value + 0.1 * (won[:, self.window_source] - best).clamp(min=0))
 
     def observe(self, text: torch.Tensor, length: torch.Tensor, tokens: torch.Tensor) -> None:
         """The texts grew from `seen` to `length` ((B,) each): judge every pending node whose position is now known.
@@ -153,7 +153,7 @@ class Acceptance:
         self.accepted.scatter_add_(1, flat, (judged & right).transpose(0, 1).reshape(rows, -1).double())
         hits = judged & right  # (P, B, n)
         self.won.scatter_add_(2, ring["source"], hits.double())
-        self.matched += (hits & ring["probe"]).sum((0, 2))
+        self.matched.add_((hits & ring["probe"]).sum((0, 2)))
         self.seen = length
 
     def spelled_depth(self) -> int:

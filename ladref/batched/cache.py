@@ -139,6 +139,10 @@ class BatchCache:
         """The slots a pass attends to: the frontier (what a step is priced at)."""
         return self.frontier
 
+    def commit_one(self) -> None:
+        """Keep the entry a one-token pass wrote at the frontier (`BatchStep.run_plain`): the frontier moves past it."""
+        self.frontier += 1
+
     def advance(self, by: int) -> None:
         """Move the frontier past the longest row's committed entries (cutting the rest of the last step)."""
         self.frontier += by

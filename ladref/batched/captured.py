@@ -45,6 +45,7 @@ from ..fast.policy import PolicySettings
 from ..fast.surface import CostSurface
 from .loop import _results, check_rows
 from .policy import BatchPolicy
+from .resident import Resident
 from .program import captured_step, check_node_widths, check_settings, each_program, program_cost
 from .sample import KeyedSampler
 from .source import FeedAll, remember
@@ -99,6 +100,7 @@ class CapturedBatchDecoder:
         self.reach = step_needs(self.proposers, self.depth).reach if self.proposers else 0  # checked against the context
         self.program = compile_own(captured_step, "captured_batch_step", mode, self.facts.device)
         self.caches: dict[int, StaticBatchCache] = {}  # one per batch size: the program's graph holds its buffers
+        self.resident = Resident(static=mode not in (None, "max-autotune"))  # the rest of what a step carries, kept likewise
         self.step_width: int | None = None  # Q, known at the first call
         self.draft_width: int | None = None  # the draft nodes of the widest step, known at the first call
         self.shapes: Counter[tuple[int, bool]] = Counter()  # the last call's steps at each (nodes, window)
@@ -149,6 +151,7 @@ class CapturedBatchDecoder:
                 raise ValueError(f"the longest prompt ({max(r.shape[0] for r in rows)}) + max_new_tokens ({max(budgets)}) + the "
                                  f"step's width ({width}) = {need} exceeds this decoder's max_length {self.max_length}")
             cache.prefill(rows, options.get("attention_backend", "auto"))
+            self.resident.settle(len(rows), state=state, step=step, plan=plan)  # the batch size's tensors, this call's values
             log, steps = self._run(step, state, plan, nodes, width, len(sources))
         sync(self.facts.device)
         names = [s.name for s in sources]
@@ -196,7 +199,7 @@ class CapturedBatchDecoder:
                 self.shapes[shape] += run
                 for _ in range(run):  # the first step eagerly: it makes the state the program reads (tables, rings)
                     program = captured_step if steps == 0 else self.program
-                    log[steps], plan = program(step, state, plan, *shape, step.window_cells or 0, sources)
+                    log[steps] = program(step, state, plan, *shape, step.window_cells or 0, sources)  # `plan`: the next's
                     steps += 1
 
     def _policy(self, rows: int, sources: list) -> BatchPolicy:

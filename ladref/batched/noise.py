@@ -54,7 +54,7 @@ class KeyedNoise:
         row = torch.arange(rows, device=device)[:, None]
         index = torch.arange(width, device=device)[None, :]
         key = mix32(self.seed ^ mix32(self.counter & MASK))  # () the draw's key: every draw of a call its own
-        self.counter += 1  # in place: the same tensor at every step (a captured graph reads its address)
+        self.counter.add_(1)  # in place: the same tensor at every step (a captured graph reads its address)
         return mix32(mix32(key ^ row) ^ index)
 
     def uniform(self, rows: int, width: int) -> torch.Tensor:

@@ -103,9 +103,9 @@ class BatchPolicy:
         others, floor = self.load(live)
         floors = torch.stack([floor, torch.ones_like(floor)], dim=1)  # the pass's width anyway, and 1: this row's own choice
         (b, window), probe = self.search(expected, merged.kept.sum(-1), window_cells, others, floors, rows, kv)
-        self.own = 1 + b[:, 1] + window[:, 1] * (window_cells or 0)
+        self.own.copy_(1 + b[:, 1] + window[:, 1] * (window_cells or 0))  # in place, as all a step carries (`resident`)
         if self.limit is not None:  # a captured program's: its widest row's choice without the limit (the last column)
-            self.wanted = torch.stack([(b[:, -1] * live).max(), (window[:, -1].bool() & live).any().long()])
+            self.wanted.copy_(torch.stack([(b[:, -1] * live).max(), (window[:, -1].bool() & live).any().long()]))
         rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(rows, n))
         self.acceptance.remember(merged, key, first, rank < probe[:, None], expected.gather(1, probe[:, None])[:, 0],
                                  state.length - 1, state.length)
@@ -146,7 +146,7 @@ class BatchPolicy:
 
     def observe(self, state: BatchState, outcome: Outcome) -> None:
         """Learn from a step: each row's tokens per step, and every pending node now known."""
-        self.tokens = 0.8 * self.tokens + 0.2 * outcome.verdict.count
+        self.tokens.copy_(0.8 * self.tokens + 0.2 * outcome.verdict.count)
         self.acceptance.observe(state.text, state.length, outcome.verdict.count)
 
     def select(self, keep: torch.Tensor) -> None:

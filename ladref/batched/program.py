@@ -23,6 +23,7 @@ from ..fast.cost import CostModel
 from ..fast.surface import CostSurface
 from ..proposer import Proposer, check_proposers
 from .loop import step_log
+from .resident import assign
 from .state import BatchState
 from .step import BatchStep, Plan
 
@@ -124,21 +125,23 @@ def capturable() -> tuple[type, ...]:
 
 
 def captured_step(step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, window: bool, cells: int,
-                  sources: int) -> tuple[torch.Tensor, Plan | None]:
+                  sources: int) -> torch.Tensor:
     """One step of every row, `nodes` draft-node positions and the window (when `window`) fed, nothing
-    read back; then the next step's plan, so that the host reads its shape with the stop flags.
+    read back; then the next step's plan, written into `plan` (in place, as everything a step
+    carries: `ladref.batched.resident`), so that the host reads its shape with the stop flags.
 
     Args:
         plan: this step's `Plan` (steps 1-2, made by the step before: its feed fits `nodes` and
             `window`); None for greedy decoding and plain sampling.
 
     Returns:
-        (B, 3 + 2S) long, the step's log (`ladref.batched.loop.step_log`), and the next step's plan;
-        (B, 1), the tokens kept, and None for a plain step.
+        (B, 3 + 2S) long, the step's log (`ladref.batched.loop.step_log`); (B, 1), the tokens kept, for a plain step.
     """
     if step.plain:  # greedy decoding: the current token alone
         before = state.produced.clone()
         step.run_plain(state)
-        return (state.produced - before)[:, None], None
+        return (state.produced - before)[:, None]
     outcome = step.run(state, plan, nodes, window)  # 3.-6. forward, verify, commit, learn
-    return step_log(outcome, cells, sources), step.plan(state)  # 1.-2. of the next step: propose, merge, choose
+    log = step_log(outcome, cells, sources)
+    assign(plan, step.plan(state))  # 1.-2. of the next step: propose, merge, choose
+    return log

@@ -86,20 +86,20 @@ class BatchState:
         kept = torch.minimum(torch.minimum(counts, self.budget - self.produced), through_eos)
         kept = torch.where(self.done, 0, kept)  # a row that stopped inside a run of steps keeps nothing more
         self.text.scatter_(1, self.length[:, None] + torch.arange(tokens.shape[1], device=tokens.device), tokens)  # past kept: scratch
-        self.length += kept
-        self.produced += kept
-        self.current = torch.where(kept > 0, tokens.gather(1, (kept[:, None] - 1).clamp(min=0))[:, 0], self.current)
-        self.done |= (self.produced >= self.budget) | torch.isin(self.current, self.eos)  # a kept EOS is the last kept token
+        self.length.add_(kept)
+        self.produced.add_(kept)
+        self.current.copy_(torch.where(kept > 0, tokens.gather(1, (kept[:, None] - 1).clamp(min=0))[:, 0], self.current))
+        self.done.logical_or_((self.produced >= self.budget) | torch.isin(self.current, self.eos))  # a kept EOS is the last kept token
         return kept
 
     def accept_one(self, token: torch.Tensor) -> None:
         """`accept` for a step of one token a row ((B,) long): every live row keeps it (a stopped one: nothing)."""
         live = ~self.done
         self.text.scatter_(1, self.length[:, None], token[:, None])  # a stopped row's: scratch past its text
-        self.length += live
-        self.produced += live
-        self.done |= (self.produced >= self.budget) | (torch.isin(token, self.eos) & live)
-        self.current = torch.where(live, token, self.current)
+        self.length.add_(live)
+        self.produced.add_(live)
+        self.done.logical_or_((self.produced >= self.budget) | (torch.isin(token, self.eos) & live))
+        self.current.copy_(torch.where(live, token, self.current))
 
     def texts(self) -> list[list[int]]:
         """Every row's text (prompt and kept tokens), in the batch's order: one read."""

@@ -84,12 +84,16 @@ class StaticBatchCache:
         source, target = ragged_commit_plan(self.frontier, entries, counts)
         move_row_slots(self.cache, source, target)
         self.bias.scatter_(1, target, self.bias.new_zeros(target.shape).masked_fill_(k >= counts[:, None], self.low))
-        self.frontier += counts.max()
+        self.frontier.add_(counts.max())
 
     @property
     def attended(self) -> int:
         """The slots a pass attends to: all M of them, the unused masked (a host int, unlike the frontier)."""
         return self.max_length
+
+    def commit_one(self) -> None:
+        """Keep the entry a one-token pass wrote at the frontier: the frontier moves past it, in place."""
+        self.frontier.add_(1)
 
     def advance(self, by: int) -> None:
         """Nothing to do: the frontier moved on the device at the commit."""

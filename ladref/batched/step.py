@@ -108,7 +108,7 @@ class BatchStep:
         """A step with nothing to verify: each row's current token alone, its argmax (or a draw) kept."""
         logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)[:, 0]  # (B, V)
         state.accept_one(logits.argmax(-1) if self.sampler is None else self.sampler.sample(logits))
-        self.cache.frontier += 1  # the token's entry is committed where the pass wrote it
+        self.cache.commit_one()  # the token's entry is committed where the pass wrote it
 
     def run(self, state: BatchState, plan: Plan, width: int, window: bool) -> Outcome:
         """Steps 3-6 for a plan whose shape the host has read: `width` nodes, the window or not."""

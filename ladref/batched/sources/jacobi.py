@@ -61,7 +61,7 @@ class BatchJacobi:
         same = (self.guess[:, :width] == verdict.tokens[:, :width]) & (torch.arange(width, device=fed.device) < verdict.count[:, None])
         converged = torch.minimum(leading(same), fed)
         at = torch.minimum(converged[:, None] + 1 + torch.arange(m, device=fed.device), fed[:, None])
-        self.guess = preds.gather(1, at)
+        self.guess.copy_(preds.gather(1, at))  # in place, as every step's state (`ladref.batched.resident`)
 
     def select(self, keep: torch.Tensor) -> None:
         self.guess = self.guess.index_select(0, keep)

@@ -74,8 +74,8 @@ class BatchLookahead:
         trajectory = torch.cat([fed, new_row[:, None]], dim=1)  # (B, N, W): column c is an n-gram
         harvest = outcome.window & (self.steps >= n - 2)
         self.pool.add(trajectory[:, 0], trajectory[:, 1:].transpose(1, 2), harvest[:, None].expand(-1, w))
-        self.grid = torch.where(outcome.window[:, None, None], trajectory[:, 1:], self.grid)
-        self.steps = self.steps + outcome.window.long()
+        self.grid.copy_(torch.where(outcome.window[:, None, None], trajectory[:, 1:], self.grid))  # in place (`resident`)
+        self.steps.add_(outcome.window.long())
 
     def select(self, keep: torch.Tensor) -> None:
         self.grid, self.steps = self.grid.index_select(0, keep), self.steps.index_select(0, keep)

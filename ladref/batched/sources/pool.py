@@ -60,7 +60,7 @@ class BatchPool:
         top, order = stamps.topk(c, dim=-1)  # (B, m, C) the C most recent
         self.tokens[at, keys] = tokens.gather(2, order[..., None].expand(rows, m, c, tokens.shape[-1])).int()
         self.stamps[at, keys] = top
-        self.clock += m  # in place
+        self.clock.add_(m)  # in place
 
     def seed(self, text: torch.Tensor, length: torch.Tensor) -> None:
         """Add every n-gram of each row's text (its first ``length[b]`` tokens), in order, `CHUNK` at a time."""
