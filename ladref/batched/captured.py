@@ -45,8 +45,8 @@ from ..fast.policy import PolicySettings
 from ..fast.surface import CostSurface
 from .loop import _results, check_rows
 from .policy import BatchPolicy
-from .resident import Resident
 from .program import captured_step, check_node_widths, check_settings, each_program, program_cost
+from .resident import Resident
 from .sample import KeyedSampler
 from .source import FeedAll, remember
 from .sources import batched_sources
@@ -101,8 +101,7 @@ class CapturedBatchDecoder:
         self.program = compile_own(captured_step, "captured_batch_step", mode, self.facts.device)
         self.caches: dict[int, StaticBatchCache] = {}  # one per batch size: the program's graph holds its buffers
         self.resident = Resident(static=mode not in (None, "max-autotune"))  # the rest of what a step carries, kept likewise
-        self.step_width: int | None = None  # Q, known at the first call
-        self.draft_width: int | None = None  # the draft nodes of the widest step, known at the first call
+        self.step_width = self.draft_width = None  # Q, and the draft nodes of the widest step: known at the first call
         self.shapes: Counter[tuple[int, bool]] = Counter()  # the last call's steps at each (nodes, window)
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
         self.policy: BatchPolicy | None = None  # the last adaptive call's
