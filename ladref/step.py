@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -194,9 +194,13 @@ def run_drafting(
             trees = [tree.within_depth(min(depths)) for tree in trees]
         tree, feed_window = choice.choose(trees, evidence, kv, cells)  # what this step feeds
         outcome = draft_step(runner, current, tree, needs.window if feed_window else None, chooser, context, needs.topk)  # 2-5
-        stats.record_step(sink.extend(outcome.tokens), outcome.fed, outcome.window_tokens, tree, outcome.path)
-        # 6. Learn: the choice sees the accepted tokens; every source sees what the step fed, predicted and accepted.
+        kept = sink.extend(outcome.tokens)
+        stats.record_step(kept, outcome.fed, outcome.window_tokens, tree, outcome.path)
+        # 6. Learn: the choice sees the accepted tokens; every source sees what the step fed, predicted and accepted,
+        #    cut to what the request kept when it stopped inside the step (a memory of outputs records no more).
         choice.observe(outcome.tokens)
+        if kept < len(outcome.tokens):
+            outcome = replace(outcome, tokens=outcome.tokens[:kept], path=outcome.path[: kept - 1])
         for proposer in proposers:
             proposer.learn(outcome)
         if sink.done:

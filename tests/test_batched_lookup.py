@@ -145,8 +145,10 @@ def test_a_batch_decodes_as_the_one_prompt_decoder_row_by_row(batch):
     memory = options.pop("memory", lambda: None)  # each decoder its own copy of the same memory
     result = decode_batch(model, lines, budgets, {"eos_token_id": eos}, "prompt_lookup", [BatchPromptLookup(**options, memory=memory())])
     for prompt, budget, row in zip(lines, budgets, result):
-        one = prompt_lookup_decode(model, prompt, budget, eos_token_id=eos, memory=memory(), **options)
+        kept = memory()
+        one = prompt_lookup_decode(model, prompt, budget, eos_token_id=eos, memory=kept, **options)
         assert row.token_ids == one.token_ids == greedy_decode(model, prompt, budget, eos_token_id=eos).token_ids
+        assert kept is None or list(kept.records.values())[-1][0] == one.token_ids[: kept.max_tokens]  # its output, cut at its stop
         assert row.stats.steps == one.stats.steps
         assert row.stats.accepted_per_step == one.stats.accepted_per_step
         assert row.stats.forward_tokens_per_step == one.stats.forward_tokens_per_step

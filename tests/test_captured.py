@@ -216,6 +216,8 @@ def test_a_compiled_captured_step_reads_once_a_run_and_runs_one_graph(rows):
         decoder(batch, short)  # compiles: one graph (fullgraph), and never again for this batch size: its
         # state is kept at guarded static addresses (`resident`), so a step or call that replaced a tensor would recompile
         assert decoder(batch, long).token_ids == greedy(model, batch, long)
+        for eos in ([], [3, 5, 7]):  # another eos set, another size: the same program (`BatchState.eos` is padded)
+            assert decoder(batch, long, eos_token_id=eos).token_ids == greedy(model, batch, long, eos)
         (calls_a, scalars_a, ops_a), (calls_b, scalars_b, ops_b) = host_reads(lambda: decoder(batch, short)), \
             host_reads(lambda: decoder(batch, long))
     steps = decoder(batch, long).passes - decoder(batch, short).passes

@@ -29,7 +29,8 @@ class BatchState:
         budget: (B,) long, each row's max_new_tokens.
         done: (B,) bool, the rows that stopped (they leave at the next read).
         rows: (B,) long, each live row's index in the batch as given.
-        eos: (E,) long, the ids that end a row's text (kept, as transformers does).
+        eos: (E,) long, the ids that end a row's text (kept, as transformers does), padded with -1 (no
+            token) to E = 4, 8, 16, ...: a captured step keeps its shape from one eos set to another.
         current: (B,) long, each row's current token, the last of its text.
     """
 
@@ -61,9 +62,10 @@ class BatchState:
             text[b, : lengths[b]] = prompt
         length = torch.tensor(lengths, dtype=torch.long)
         on = dict(device=device)
+        ends = sorted(eos) + [-1] * (max(4, 1 << (len(eos) - 1).bit_length()) - len(eos))
         return cls(text.to(**on), length.to(**on), length.clone().to(**on), torch.zeros(len(prompts), dtype=torch.long, **on),
                    torch.tensor(list(budgets), dtype=torch.long, **on), torch.zeros(len(prompts), dtype=torch.bool, **on),
-                   torch.arange(len(prompts), **on), torch.tensor(sorted(eos), dtype=torch.long, **on),
+                   torch.arange(len(prompts), **on), torch.tensor(ends, dtype=torch.long, **on),
                    torch.tensor([int(p[-1]) for p in prompts], dtype=torch.long, **on))
 
     @property

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -173,7 +174,11 @@ class RowProposers:
         rows = outcome_columns(state, outcome, want_top).tolist()  # the one read
         widths = (outcome.verdict.tokens.shape[1], outcome.length - 1, outcome.fed.width, outcome.top.shape[2] if want_top else 0)
         for b, row in enumerate(rows):
+            if self.done[b]:  # stopped at an earlier step of a run: it keeps nothing, and its proposers learn nothing
+                continue
             step = self.row_outcome(b, row, widths, part)
+            if row[1] < len(step.tokens):  # it stopped inside this step: they learn what it kept, as in the one-prompt loop
+                step = replace(step, tokens=step.tokens[: row[1]], path=step.path[: row[1] - 1])
             for proposer in self.copies[b]:
                 proposer.learn(step)
             self.contexts[b].extend(step.tokens[: row[1]])  # the kept ones (all accepted, unless the row stopped)
