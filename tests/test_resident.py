@@ -95,7 +95,7 @@ def test_settle_copies_a_calls_tensors_into_the_ones_kept_for_its_batch_size():
     again = carried((state, drafts, extra))
     assert all(again[p] is first[p] for p in first)  # the same tensors, frozen dataclass (Drafts) included ...
     assert all(torch.equal(again[p], values[p]) for p in values)  # ... holding this call's values
-    state, drafts, extra = fresh([[6, 7, 8], [9]], {0, 1})  # another eos set: another shape, another tensor
+    state, drafts, extra = fresh([[6, 7, 8], [9]], {0, 1, 2, 3, 4})  # five eos ids, padded to 8: another shape, another tensor
     resident.settle(2, state=state, drafts=drafts, extra=extra)
     assert state.eos is not first[".0.eos"] and state.text is first[".0.text"]
     one, _, _ = fresh([[5]], {0})
