@@ -25,7 +25,7 @@ import torch
 
 from ..kernels import attention_scope
 from ..runner import (ModelFacts, ModelRunner, batch_forward, compact_static_rows, fill_static_cache, move_row_slots, new_cache,
-                      new_static_cache, set_static_length, stack_caches)
+                      new_static_cache, set_static_length, shared_kv_scope, stack_caches)
 from .cache import prompt_caches, ragged_commit_plan
 
 
@@ -64,7 +64,10 @@ class StaticBatchCache:
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor | None,
                 keep: torch.Tensor) -> torch.Tensor:
         """One pass of every row's step at the frontier, as `BatchCache.forward` (same arguments and
-        result), the mask (B, 1, Q, M) over every slot."""
+        result), the mask (B, 1, Q, M) over every slot. Every pass, a one-token one too, attends with
+        each key/value head shared by its query heads (`ladref.runner.shared_kv_scope`, as a static
+        runner's steps do): compiled, transformers would copy all M slots of every layer once per
+        query head (SmolLM2-135M at M = 1408: 42.0 ms a greedy step against 33.5 for compiled greedy)."""
         rows, q = input_ids.shape
         slots = self.frontier + torch.arange(q, device=input_ids.device)  # (Q,) where the step is written
         if allowed is None:  # one token, committed where it is written
@@ -74,7 +77,7 @@ class StaticBatchCache:
             step = torch.zeros(allowed.shape, dtype=self.bias.dtype, device=allowed.device).masked_fill_(~allowed, self.low)
             mask = self.bias[:, None, :].expand(rows, q, self.max_length).index_copy(2, slots, step)[:, None]
         set_static_length(self.cache, self.frontier)
-        with attention_scope(self.kernels):
+        with attention_scope(self.kernels), shared_kv_scope(self.model, self.facts):
             return batch_forward(self.model, self.facts, self.cache, input_ids, position_ids, mask, keep)
 
     def commit(self, entries: torch.Tensor, counts: torch.Tensor) -> None:
