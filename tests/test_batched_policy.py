@@ -72,3 +72,26 @@ def test_a_batch_drafts_where_the_surface_pays_for_it_and_stays_exact(surface, d
     assert result.token_ids == [greedy_decode(model, p, 30, eos_token_id=[]).token_ids for p in batch]
     fed = sum(sum(row.stats.draft_tokens_per_step) for row in result)
     assert (fed > 10 * len(batch)) if drafts else fed == 0
+
+
+@pytest.mark.parametrize("captured", [False, True])
+def test_a_batchs_policy_judges_its_proposals_as_the_texts_grow(captured):
+    """A step's proposals are judged once the texts reach them, and the acceptance tables move from their
+    prior. (Its `seen` once aliased the state's lengths, which every commit moves in place: then no
+    node was ever judged, and every choice was the prior's.)"""
+    from ladref import CapturedBatchDecoder, JacobiProposer
+    from ladref.fast.cost import CostModel
+
+    model, batch = tiny_model("llama", 16, 0), [[1, 2, 3], [4, 5], [7, 1]]  # its greedy texts cycle: Jacobi's guesses converge
+    surface = CostSurface.of(CostModel.from_ratios({1: 1.0, 128: 1.001}))  # drafting free: every step drafts
+    if captured:
+        decoder = CapturedBatchDecoder(model, [JacobiProposer(4)], max_length=96, mode=None, cost=surface, widths=(2,))
+        result, policy = decoder(batch, 30, eos_token_id=[]), decoder.policy
+    else:
+        policy = BatchPolicy(surface, len(batch), ["jacobi"], 4)
+        result = decode_batch(model, batch, 30, {"eos_token_id": []}, "adaptive", [BatchJacobi(4)], policy)
+    accepted = sum(n * k for row in result for k, n in row.stats.accepted_by_source["jacobi"].items())
+    acceptance, prior = policy.acceptance, BatchPolicy(surface, len(batch), ["jacobi"], 4).acceptance
+    assert accepted > 10 and float(acceptance.reached.mean()) > float(prior.reached.mean())  # judged (a row each, finished rows gone): reached and ...
+    assert float(acceptance.accepted.mean()) > float(prior.accepted.mean())  # ... right nodes counted
+    assert float(acceptance.matched.mean()) > float(prior.matched.mean())  # the probes' tally too

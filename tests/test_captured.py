@@ -241,7 +241,8 @@ def test_compiled_captured_adaptive_runs_its_captured_widths_and_reads_once_a_st
     decoder.capture(batch)  # every program of this batch size: 2 nodes and every node, each with and without the window
     compiled = graphs["unique_graphs"]
     assert compiled - before == 2 * 2
-    result = decoder(batch, budgets, eos_token_id=[])
+    with torch._dynamo.config.patch(error_on_recompile=True):  # the policy's tensors too kept in place (`resident`)
+        result = decoder(batch, budgets, eos_token_id=[])
     assert result.token_ids == greedy(model, batch, budgets)
     short = [8] * 4
     (calls_a, scalars_a, _), (calls_b, scalars_b, _) = (host_reads(lambda: decoder(batch, b, eos_token_id=[])) for b in (short, budgets))

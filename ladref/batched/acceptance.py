@@ -112,7 +112,7 @@ class Acceptance:
         self.won.index_fill_(0, at, 0)
         self.slot.add_(1)
         self.expected.add_(expected)
-        self.seen = length
+        self._saw(length)
 
     def _settle(self, at: torch.Tensor) -> None:
         """Slot `at`'s proposals are all judged (a node is at most D deep): the window's value moves
@@ -146,7 +146,7 @@ class Acceptance:
         right = reached & match[..., 0]
         known = base[..., None] + depth
         judged = ring["alive"] & (known <= (length - 1)[None, :, None]) & (known > (self.seen - 1)[None, :, None])
-        ring["alive"] &= ~judged
+        ring["alive"].logical_and_(~judged)  # in place, as all a step carries (`ladref.batched.resident`)
         rows = judged.shape[1]
         flat = ring["key"].transpose(0, 1).reshape(rows, -1)
         self.reached.scatter_add_(1, flat, (judged & reached).transpose(0, 1).reshape(rows, -1).double())
@@ -154,7 +154,15 @@ class Acceptance:
         hits = judged & right  # (P, B, n)
         self.won.scatter_add_(2, ring["source"], hits.double())
         self.matched.add_((hits & ring["probe"]).sum((0, 2)))
-        self.seen = length
+        self._saw(length)
+
+    def _saw(self, length: torch.Tensor) -> None:
+        """`seen` := the texts' lengths now ((B,) long): a copy, in place once made (`length` is the state's
+        own, which the next step's commit moves; an alias would judge no node ever again)."""
+        if self.seen is None:
+            self.seen = length.clone()
+        else:
+            self.seen.copy_(length)
 
     def spelled_depth(self) -> int:
         return self.ring["spelled"].shape[-1]
