@@ -24,7 +24,7 @@ three methods and three options, which `DraftSource` gives at their defaults (in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -70,6 +70,13 @@ class StepOutcome:
     def fed(self) -> int:
         """q, tokens fed to the model."""
         return self.input_ids.shape[0]
+
+    def cut(self, kept: int) -> "StepOutcome":
+        """This outcome as far as a request that stopped inside the step kept it: its first `kept`
+        tokens (1 <= kept) and the path nodes they spell (itself when it kept them all)."""
+        if kept >= len(self.tokens):
+            return self
+        return replace(self, tokens=self.tokens[:kept], path=self.path[: kept - 1])
 
 
 class Window(Protocol):

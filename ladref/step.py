@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -199,10 +199,9 @@ def run_drafting(
         # 6. Learn: the choice sees the accepted tokens; every source sees what the step fed, predicted and accepted,
         #    cut to what the request kept when it stopped inside the step (a memory of outputs records no more).
         choice.observe(outcome.tokens)
-        if kept < len(outcome.tokens):
-            outcome = replace(outcome, tokens=outcome.tokens[:kept], path=outcome.path[: kept - 1])
+        learned = outcome.cut(kept)
         for proposer in proposers:
-            proposer.learn(outcome)
+            proposer.learn(learned)
         if sink.done:
             return
         context.extend(outcome.tokens)

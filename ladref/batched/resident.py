@@ -7,9 +7,10 @@ input that is neither at a static address nor an earlier graph's output
 overwritten by its next replay. So everything a captured step carries to the next step lives in
 tensors that
 
-1. the step updates in place (``copy_``, ``+=``, ``scatter_``), never replacing them: the state
-   (`BatchState`), the cache, every source's, the policy's, the noise's counter and the next
-   step's plan (`ladref.batched.step.Plan.assign`); and
+1. the step updates in place by a tensor method (``copy_``, ``add_``, ``scatter_``), never
+   replacing them: the state (`BatchState`), the cache, every source's, the policy's, the noise's
+   counter and the next step's plan (`assign`). Not ``x.a += y``: eager that is in place, but
+   compiled, Dynamo stores a new tensor at ``x.a``; and
 2. are the same tensors at every call of a batch size: a call builds them afresh as ever
    (`BatchState.start`, each source's ``begin``, the policy, the first plan), then
    `Resident.settle` copies each fresh tensor into the one kept at its place since the batch

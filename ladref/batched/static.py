@@ -67,7 +67,8 @@ class StaticBatchCache:
         result), the mask (B, 1, Q, M) over every slot. Every pass, a one-token one too, attends with
         each key/value head shared by its query heads (`ladref.runner.shared_kv_scope`, as a static
         runner's steps do): compiled, transformers would copy all M slots of every layer once per
-        query head (SmolLM2-135M at M = 1408: 42.0 ms a greedy step against 33.5 for compiled greedy)."""
+        query head (SmolLM2-135M, M = 1408: a compiled greedy step took 45.9 ms so, 31.5 without;
+        ``benchmarks/archive/captured_step/captured_specbench_cpu.log``)."""
         rows, q = input_ids.shape
         slots = self.frontier + torch.arange(q, device=input_ids.device)  # (Q,) where the step is written
         if allowed is None:  # one token, committed where it is written

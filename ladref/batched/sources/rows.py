@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 
@@ -176,9 +175,7 @@ class RowProposers:
         for b, row in enumerate(rows):
             if self.done[b]:  # stopped at an earlier step of a run: it keeps nothing, and its proposers learn nothing
                 continue
-            step = self.row_outcome(b, row, widths, part)
-            if row[1] < len(step.tokens):  # it stopped inside this step: they learn what it kept, as in the one-prompt loop
-                step = replace(step, tokens=step.tokens[: row[1]], path=step.path[: row[1] - 1])
+            step = self.row_outcome(b, row, widths, part).cut(row[1])  # stopped inside it: what it kept, as one prompt's loop
             for proposer in self.copies[b]:
                 proposer.learn(step)
             self.contexts[b].extend(step.tokens[: row[1]])  # the kept ones (all accepted, unless the row stopped)
