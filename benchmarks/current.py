@@ -2,17 +2,24 @@
 command at a committed checkout, and the tables the docs and README show, generated from them.
 
 Usage:
-    python benchmarks/current.py run                  # every benchmark, in order (about 80 min on 2 cores)
+    python benchmarks/current.py run                  # every benchmark, in order (about 2 hours on 2 cores)
     python benchmarks/current.py run specbench load   # some of them
+    python benchmarks/current.py run --force ...      # on a machine the probe finds busy: every result stamped so
     python benchmarks/current.py render               # each folder's summary.md, the headline block, README's copy
-    python benchmarks/current.py check                # exit 1 where a generated file differs from what the
-                                                      # results give, or a result is not stamped with a clean commit
+    python benchmarks/current.py check                # exit 1 where a generated file differs from what the results
+                                                      # give, a result is not stamped with a clean commit, was
+                                                      # forced on a busy machine, or the results mix machines
+    python benchmarks/current.py repro specbench [--prompts K]  # rerun the committed command's first K prompts
+                                                      # and compare each method with the committed figure
 
 `run` refuses a checkout with uncommitted changes to tracked files (a result names the commit it
-measured), runs each benchmark's command into ``benchmarks/results/<benchmark>/`` (whatever the run
-did not write again is removed after it: emptied before, the folder's tracked files would already
-be changes when the run reads its commit), then renders. Past runs, A/B experiments and logs are
-in ``benchmarks/archive/`` (its INDEX.md).
+measured), then probes the machine (`ladref.bench.quiet`: the load average, and the CPU share
+and steadiness of a few greedy steps) and refuses a busy one, saying what it saw. It runs each
+benchmark's command into ``benchmarks/results/<benchmark>/`` (whatever the run did not write again
+is removed after it: emptied before, the folder's tracked files would already be changes when the
+run reads its commit), stamps every result with the probe, then renders. Each timed benchmark
+follows the measurement protocol (`ladref.bench.protocol`). Past runs, A/B experiments and logs
+are in ``benchmarks/archive/`` (its INDEX.md).
 """
 
 from __future__ import annotations
@@ -29,21 +36,23 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH = [sys.executable, "-m", "ladref", "bench", "--no-progress"]
 
-# benchmark -> (minutes on a quiet 2-core CPU, the command's arguments after `python -m ladref bench`)
+# benchmark -> (minutes on a quiet 2-core AMD EPYC, the command's arguments after `python -m ladref bench`)
 STAGES: dict[str, tuple[int, list[str]]] = {
     "host_overhead": (3, ["--host-overhead", "--batch", "1,4,16"]),
-    "tasks": (21, ["--dataset", "humaneval,mtbench,gsm8k", "--limit", "4", "--max-new-tokens", "96", "--threads", "2",
-                   "--method", "generate,hf_plookup,prompt_lookup,jacobi,lookahead", "--config", "4/4/4"]),
-    "specbench": (18, ["--dataset", "specbench", "--limit", "2", "--max-new-tokens", "96", "--threads", "2",
-                       "--method", "generate,hf_plookup,prompt_lookup,jacobi,lookahead,recycling_warm,suffix,adaptive",
+    "tasks": (30, ["--dataset", "humaneval,mtbench,gsm8k", "--limit", "8", "--max-new-tokens", "64", "--threads", "2",
+                   "--method", "generate,hf_plookup,prompt_lookup,lookahead", "--config", "4/4/4"]),
+    "specbench": (40, ["--dataset", "specbench", "--limit", "4", "--max-new-tokens", "64", "--threads", "2",
+                       "--method", "generate,hf_plookup,prompt_lookup,lookahead,recycling_warm,suffix,adaptive",
                        "--config", "4/4/4"]),
     "load": (8, ["--dataset", "specbench", "--limit", "2", "--batch", "1,4,12", "--method", "greedy,adaptive",
                  "--max-new-tokens", "64", "--lookup-tokens", "4", "--threads", "2"]),
     "multi": (7, ["--multi-request", "humaneval", "--limit", "6", "--max-new-tokens", "96", "--threads", "2"]),
     "cost": (4, ["--cost", "--threads", "2", "--repeats", "5", "--kv-lengths", "128,1024"]),
-    "compiled": (14, ["--dataset", "specbench", "--limit", "1", "--max-new-tokens", "96", "--threads", "2",
+    "compiled": (20, ["--dataset", "specbench", "--limit", "2", "--max-new-tokens", "64", "--threads", "2",
                       "--method", "generate,compiled_greedy,compiled_adaptive"]),
 }
+REPRO = ("specbench", "tasks", "compiled")
+"""The benchmarks `repro` can rerun a slice of (those timed prompt by prompt, `ladref.bench.measure.run_bench`)."""
 DEMO_MINUTES = 2
 
 
@@ -80,14 +89,42 @@ def run_demo(out: Path) -> None:
     (out / "demo.json").write_text(json.dumps({"meta": meta}, indent=1) + "\n", encoding="utf-8")
 
 
+def probe(force: bool) -> dict | None:
+    """The machine's state (`ladref.bench.quiet`), said; None (refused) when it is busy and not `force`."""
+    from ladref.bench.quiet import machine_state  # noqa: PLC0415
+
+    state = machine_state(threads=2).as_dict()
+    print(f"machine: load {state['load']:.2f}, greedy steps {state['step_ms']:.1f} ms with {state['share']:.0%} of the "
+          f"CPU, spread {state['spread']:.2f}" + (f"; busy: {'; '.join(state['busy'])}" if state["busy"] else "; quiet"))
+    if state["busy"] and not force:
+        print("refused: a result timed on a busy machine is not a result. Stop what runs beside it (`uptime`, `top`) "
+              "and run again, or pass --force to mark every result as measured on a busy machine", file=sys.stderr)
+        return None
+    return dict(state, forced=bool(state["busy"]))
+
+
+def stamp_results(out: Path, state: dict) -> None:
+    """Add the probe's findings to the meta of every result file of `out`."""
+    for path in out.glob("*.json"):
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(payload.get("meta"), dict):
+            payload["meta"]["machine_state"] = state
+            path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+
+
 def run(names: list[str]) -> int:
     """Run the named benchmarks (all when none), each into its emptied folder, then render."""
+    force = "--force" in names
+    names = [n for n in names if n != "--force"]
     unknown = [n for n in names if n not in STAGES and n != "demo"]
     if unknown:
         print(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(STAGES)}, demo", file=sys.stderr)
         return 2
     if dirty():
         print("commit first: a result names the commit it measured, and tracked files have changes", file=sys.stderr)
+        return 2
+    state = probe(force)
+    if state is None:
         return 2
     chosen = names or [*STAGES, "demo"]
     print(f"about {sum(STAGES[n][0] if n in STAGES else DEMO_MINUTES for n in chosen)} minutes on a quiet 2-core CPU")
@@ -104,7 +141,46 @@ def run(names: list[str]) -> int:
             for path, stamp in before.items():  # what this run did not write again is stale
                 if path.exists() and path.stat().st_mtime_ns == stamp:
                     path.unlink()
+            stamp_results(out, state)
     return render()
+
+
+def repro(argv: list[str]) -> int:
+    """``repro BENCH [--prompts K]``: the committed command on its first K prompts (at least one per dataset
+    or task), compared per method with the committed figure on the same prompts; the report is written
+    beside the result (``repro.md``, ``repro.json``)."""
+    from ladref.bench.repro import compare, repro_dicts, repro_markdown, slice_command  # noqa: PLC0415
+
+    if not argv or argv[0] not in REPRO:
+        print(f"repro: name a benchmark timed prompt by prompt: {', '.join(REPRO)}", file=sys.stderr)
+        return 2
+    name, prompts = argv[0], int(argv[argv.index("--prompts") + 1]) if "--prompts" in argv else 6
+    if dirty():
+        print("commit first: the rerun names the commit it measured, and tracked files have changes", file=sys.stderr)
+        return 2
+    files = sorted(p for p in (RESULTS / name).glob("*.json") if p.stem != "repro") if (RESULTS / name).is_dir() else []
+    if not files:
+        print(f"repro: no committed result in benchmarks/results/{name}/: run `python benchmarks/current.py run {name}` first",
+              file=sys.stderr)
+        return 2
+    committed = [json.loads(p.read_text(encoding="utf-8")) for p in files]
+    meta, state = committed[0]["meta"], probe("--force" in argv)
+    if state is None:
+        return 2
+    groups = 6 if "specbench" in meta["command"] and "specbench:" not in meta["command"] else len(files)
+    with tempfile.TemporaryDirectory() as scratch:
+        args = slice_command(meta["command"], max(1, -(-prompts // groups)), scratch)
+        print("+ python -m ladref bench", " ".join(args), flush=True)
+        subprocess.run([*BENCH[:-1], *args], cwd=ROOT, check=True)
+        rerun = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(scratch).glob("*.json"))]
+    base, rows = compare([r for c in committed for r in c["records"]], [r for c in rerun for r in c["records"]])
+    text = repro_markdown(base, rows, meta, rerun[0]["meta"])
+    (RESULTS / name / "repro.md").write_text(text, encoding="utf-8")
+    (RESULTS / name / "repro.json").write_text(json.dumps({"meta": dict(rerun[0]["meta"], machine_state=state),
+                                                           "committed_meta": meta, "baseline": base,
+                                                           "rows": repro_dicts(rows)}, indent=1) + "\n", encoding="utf-8")
+    print(text)
+    return 0
 
 
 def render() -> int:
@@ -115,11 +191,13 @@ def render() -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("run", "render", "check"):
+    if not argv or argv[0] not in ("run", "render", "check", "repro"):
         print(__doc__, file=sys.stderr)
         return 2
     if argv[0] == "run":
         return run(argv[1:])
+    if argv[0] == "repro":
+        return repro(argv[1:])
     if argv[0] == "render":
         return render()
     from headline import check_all  # noqa: PLC0415

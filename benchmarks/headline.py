@@ -20,10 +20,24 @@ METHOD_NAMES = {"generate": "generate()", "hf_plookup": "generate() prompt looku
 
 
 def stamp(meta: dict) -> str:
-    """One line: the commit, machine, dtype and versions a result was measured with."""
+    """One line: the commit, machine, dtype and versions a result was measured with, and how busy the machine was."""
     commit = str(meta.get("git_commit") or "?")[:7]
     return (f"Commit `{commit}`, {meta.get('machine', '?')}, {meta.get('dtype', '?')}, torch {meta.get('torch', '?')}, "
-            f"transformers {meta.get('transformers', '?')}.")
+            f"transformers {meta.get('transformers', '?')}.{_state(meta)}")
+
+
+def _state(meta: dict) -> str:
+    """What the probe saw before the run (nothing for a result from before the probe)."""
+    state = meta.get("machine_state")
+    if not state:
+        return ""
+    busy = f" **Measured on a busy machine (--force): {'; '.join(state['busy'])}.**" if state.get("busy") else ""
+    return f" Before the run: load average {state['load']:.2f}, greedy steps got {state['share']:.0%} of the CPU.{busy}"
+
+
+def cpu_model(meta: dict) -> str:
+    """The machine's model without its thread count ("AMD EPYC, 2 torch threads" -> "AMD EPYC")."""
+    return str(meta.get("machine", "?")).split(",")[0].strip()
 
 
 def stamp_problems(name: str, meta: dict) -> list[str]:
@@ -50,13 +64,27 @@ def _x(value: float) -> str:
     return f"{value:.2f}x"
 
 
-def _speedups(rows: list[dict], skip: tuple[str, ...] = ("greedy",)) -> str:
-    shown = sorted((r for r in rows if r["method"] not in skip), key=lambda r: -r["speedup"])
-    return ", ".join(f"{METHOD_NAMES.get(r['method'], r['method'])} {_x(r['speedup'])}" for r in shown)
+def _figure(row: dict) -> tuple[float, str]:
+    """(the value it is sorted by, its text): over `generate()` with its interval; pooled over it in a result
+    from before intervals; over greedy_decode in a result without a `generate()` row."""
+    if row.get("vs_generate"):
+        v = row["vs_generate"]
+        return v["geomean"], f"{_x(v['geomean'])} [{v['low']:.2f}, {v['high']:.2f}]"
+    if row.get("speedup_vs_generate"):
+        return row["speedup_vs_generate"], f"{_x(row['speedup_vs_generate'])} (pooled)"
+    return row["speedup"], f"{_x(row['speedup'])} over greedy_decode"
+
+
+def _speedups(rows: list[dict]) -> str:
+    skip = ("generate",) if any(r["method"] == "generate" for r in rows) else ("greedy",)
+    shown = sorted((r for r in rows if r["method"] not in skip), key=lambda r: -_figure(r)[0])
+    return ", ".join(f"{METHOD_NAMES.get(r['method'], r['method'])} {_figure(r)[1]}" for r in shown)
 
 
 def _identical(rows: list[dict], key: str = "identical", total: str = "prompts") -> str:
-    same, of = sum(r[key] for r in rows), sum(r[total] for r in rows)
+    """The outputs equal to greedy's, over the other methods only (greedy is the reference, not a match)."""
+    others = [r for r in rows if r["method"] != "greedy"]
+    same, of = sum(r[key] for r in others), sum(r[total] for r in others)
     return f"{same}/{of}"
 
 
@@ -66,7 +94,7 @@ def summaries(folder: Path) -> dict[str, str]:
     for name in ("specbench", "tasks", "compiled"):
         if (folder / name).is_dir():
             end = "<!-- --8<-- [end:tables] -->"
-            out[name] = render_summary(folder / name).replace(end, _compiled_split(folder / name) + end)
+            out[name] = render_summary(folder / name).replace(end, _compiled_split(folder / name) + _repro(folder / name) + end)
     for name, pattern, table in (("load", "load_cpu.json", "load_cpu.md"), ("multi", "multi_*.json", None),
                                  ("host_overhead", "host_overhead.json", "host_overhead.md")):
         if (folder / name).is_dir():
@@ -83,6 +111,14 @@ def summaries(folder: Path) -> dict[str, str]:
     return out
 
 
+def _repro(folder: Path) -> str:
+    """The folder's rerun check (`current.py repro`), if one was made."""
+    path = folder / "repro.md"
+    if not path.is_file():
+        return ""
+    return f"\nRerun check (`python benchmarks/current.py repro {folder.name}`):\n\n{path.read_text(encoding='utf-8').strip()}\n"
+
+
 def _tables(text: str) -> str:
     return f"<!-- --8<-- [start:tables] -->\n{text.strip()}\n<!-- --8<-- [end:tables] -->\n"
 
@@ -90,7 +126,7 @@ def _tables(text: str) -> str:
 def _compiled_gains(folder: Path) -> tuple[float, float] | None:
     """(compilation, drafting): compiled greedy / `generate()` and compiled adaptive / compiled greedy, in
     tokens per second; None for a folder without the three rows."""
-    rate = {r["method"]: r["tokens_per_second"] for r in _json(folder, "*.json")[1]["summary"]}
+    rate = {r["method"]: r["tokens_per_second"] for r in _json(folder, "specbench.json")[1]["summary"]}
     if not {"generate", "compiled_greedy", "compiled_adaptive"} <= set(rate):
         return None
     return rate["compiled_greedy"] / rate["generate"], rate["compiled_adaptive"] / rate["compiled_greedy"]
@@ -124,24 +160,24 @@ def headline(folder: Path, readme: bool = False) -> str:
         readme: link each benchmark to its summary.md (README) rather than to its section of
             docs/benchmarks.md (the docs page).
     """
-    lines = ["| benchmark | speedup over ladref's `greedy_decode` unless said (CPU, SmolLM2-135M, float32) | identical to greedy "
-             "| commit |", "|---|---|---|---|"]
+    lines = ["| benchmark | speedup over transformers' `generate()` [95% interval over prompts] unless said (CPU, "
+             "SmolLM2-135M, float32) | identical to greedy (other methods) | commit |", "|---|---|---|---|"]
 
     def row(name: str, what: str, result: str, same: str, meta: dict) -> None:
         link = f"benchmarks/results/{name}/summary.md" if readme else f"#{name}"
         lines.append(f"| [{what}]({link}) | {result} | {same} | `{str(meta['git_commit'])[:7]}` |")
 
     if (folder / "specbench").is_dir():
-        _, d = _json(folder / "specbench", "*.json")
+        _, d = _json(folder / "specbench", "specbench.json")
         row("specbench", f"Spec-Bench, {d['summary'][0]['prompts']} prompts", _speedups(d["summary"]),
             _identical(d["summary"]), d["meta"])
     if (folder / "tasks").is_dir():
-        for path in sorted((folder / "tasks").glob("*.json")):
+        for path in sorted(p for p in (folder / "tasks").glob("*.json") if p.stem != "repro"):
             d = json.loads(path.read_text(encoding="utf-8"))
             row("tasks", f"{d['meta'].get('dataset', path.stem)}, {d['summary'][0]['prompts']} prompts",
                 _speedups(d["summary"]), _identical(d["summary"]), d["meta"])
     if (folder / "compiled").is_dir():
-        _, d = _json(folder / "compiled", "*.json")
+        _, d = _json(folder / "compiled", "specbench.json")
         gains = _compiled_gains(folder / "compiled")
         result = _speedups(d["summary"]) if gains is None else (
             f"compiled adaptive {_x(gains[0] * gains[1])} over `generate()`: compiling {_x(gains[0])} x drafting {_x(gains[1])}")
@@ -169,7 +205,11 @@ def _identical_points(points: list[dict]) -> str:
 
 
 def render_all(results: Path, root: Path) -> int:
-    """Write every summary.md, headline.md and README's block; 0."""
+    """Write every summary.md, headline.md and README's block; 0. Refused (1) for results from several machine types."""
+    mixed = mixed_machines(results)
+    if mixed:
+        print(f"refused: {mixed}")
+        return 1
     texts = summaries(results)
     for name, text in texts.items():
         (results / name / "summary.md").write_text(text, encoding="utf-8")
@@ -204,7 +244,23 @@ def problems(results: Path, root: Path) -> list[str]:
         meta = json.loads(path.read_text(encoding="utf-8")).get("meta")
         if isinstance(meta, dict) and "git_commit" in meta:
             found += stamp_problems(str(path.relative_to(root)), meta)
-    return found
+            if (meta.get("machine_state") or {}).get("busy"):
+                found.append(f"{path.relative_to(root)}: measured on a busy machine (--force); rerun it on a quiet one")
+    mixed = mixed_machines(results)
+    return found + ([mixed] if mixed else [])
+
+
+def mixed_machines(results: Path) -> str | None:
+    """Why the results cannot share one headline table: they come from more than one CPU model (None: one)."""
+    machines: dict[str, list[str]] = {}
+    for path in sorted(results.rglob("*.json")):
+        meta = json.loads(path.read_text(encoding="utf-8")).get("meta")
+        if isinstance(meta, dict) and "machine" in meta:
+            machines.setdefault(cpu_model(meta), []).append(str(path.relative_to(results)))
+    if len(machines) <= 1:
+        return None
+    return ("the headline would mix machines: " + "; ".join(f"{m}: {', '.join(p[:3])}{' ...' if len(p) > 3 else ''}"
+                                                           for m, p in machines.items()) + " (rerun them on one machine type)")
 
 
 def check_all(results: Path, root: Path) -> int:

@@ -22,6 +22,7 @@ from ladref.bench.datasets import canonical_dataset
 from ladref.bench.hf import hf_prompt_lookup_decode
 from ladref.bench.measure import BenchSettings, PromptRecord, run_bench
 from ladref.bench.methods import canonical_label, canonical_method, method_name
+from ladref.bench.protocol import Protocol, speedup
 from ladref.bench.report import (
     cost_table,
     load_summaries,
@@ -76,11 +77,13 @@ def test_summary_ratios_are_relative_to_greedy(bench_records):
 def test_speed_and_cost_tables_are_narrow(bench_records):
     summaries = summarize(bench_records)
     speed, cost = speed_table(summaries), cost_table(summaries)
-    assert speed.splitlines()[0] == ("| method | S | tok/s | speedup vs greedy | vs hf_plookup "
-                                     "| identical to greedy |")  # no "vs generate" column: no such row
+    assert speed.splitlines()[0] == ("| method | mean accepted tokens | tok/s | vs greedy_decode [95% CI] "
+                                     "| identical to greedy | flagged |")  # no "vs generate" columns: no such row
     look = next(s for s in summaries if s.method == "lookahead 3/3/3")
-    assert f"| lookahead 3/3/3 | {look.compression:.2f} | {look.tokens_per_second:.1f} | {look.speedup:.2f}x |" in speed
-    assert speed.endswith("| 2/2 |") and len(speed.splitlines()) == 2 + len(summaries)
+    cell = f"{look.vs_greedy['geomean']:.2f}x [{look.vs_greedy['low']:.2f}, {look.vs_greedy['high']:.2f}]"
+    assert f"| lookahead 3/3/3 | {look.compression:.2f} | {look.tokens_per_second:.1f} | {cell} |" in speed
+    assert "| greedy | 1.00 |" in speed and "| reference | 0 |" in speed  # greedy is not counted against itself
+    assert speed.endswith("| 2/2 | 0 |") and len(speed.splitlines()) == 2 + len(summaries)
     assert cost.splitlines()[0] == "| method | steps | ms/step | GFLOP/step | FLOPs ratio | peak mem (MiB) |"
     assert all(line.count("|") <= 8 for line in (speed + "\n" + cost).splitlines())  # at most 7 columns each
     assert markdown_tables(summaries) == f"Speed:\n\n{speed}\n\nCost:\n\n{cost}"
@@ -115,7 +118,8 @@ def test_several_configs_and_transformers_greedy_in_one_run(tmp_path):
     save_results(tmp_path / "tiny", records, list(summaries.values()), meta)
     text = render_summary(tmp_path)
     assert "Measured on **test CPU**, float64" in text and "| tiny | lookahead 2/4/2 |" in text
-    assert "| dataset | method | S | tok/s | speedup vs greedy | vs generate | identical to greedy |" in text
+    assert ("| dataset | method | mean accepted tokens | tok/s | vs generate() [95% CI] | pooled | vs greedy_decode [95% CI] "
+            "| identical to greedy | flagged |") in text
     assert "greedy 0.5" in text and "![speedups](speedups.png)" in text
     assert (tmp_path / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "cost_cuda.json").write_text(json.dumps({"meta": {}, "curves": []}))  # `bench --cost` output, no table
@@ -141,7 +145,7 @@ def test_compiled_and_static_cache_rows_with_their_set_up_timed_apart():
 
 def test_compiled_adaptive_row_runs_on_fixed_widths_and_matches_greedy():
     settings = BenchSettings(("adaptive", "compiled_adaptive", "compiled_adaptive_all"), LookaheadConfig(3, 3, 3), max_new_tokens=24,
-                             compile_mode=None)
+                             compile_mode=None, protocol=Protocol(min_rounds=1, max_rounds=1))  # _all learns: one round
     setup: dict[str, float] = {}
     records = run_bench(tiny_model("llama", 8, 1), PROMPTS, settings, setup_s=setup)
     assert list(setup) == ["greedy", "adaptive", "compiled_adaptive", "compiled_adaptive_all"] and all(r.match for r in records)
@@ -306,7 +310,8 @@ def test_bench_command_on_smollm2(tmp_path, capsys):
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert "\ngsm8k: 1 prompts" in out and "\nspecbench:qa: 1 prompts" in out and "WARNING" not in out
-    assert "| lookahead 4/4/4 |" in out and "| hf_plookup |" in out and out.count(" | 1/1 |") == 6  # identical outputs
+    assert "| lookahead 4/4/4 |" in out and "| hf_plookup |" in out and out.count(" | 1/1 |") == 4  # identical outputs
+    assert out.count("| reference |") == 2  # greedy is the reference, not counted against itself
     payload = json.loads((tmp_path / "gsm8k.json").read_text())
     assert {s["method"] for s in payload["summary"]} == {"greedy", "lookahead 4/4/4", "hf_plookup"}
     assert payload["meta"]["dataset"] == "gsm8k" and payload["meta"]["dtype"] == "float32"
@@ -364,8 +369,11 @@ def test_leaderboard_markdown_json_and_csv(tmp_path):
     _, speed, _, steps = text.split("\n\n")
     assert "Vicuna-7B on an A100" in text and "pooled" in text
     speed, steps = speed.splitlines(), steps.splitlines()
-    assert speed[0] == "| method | qa | rag | overall | identical |"
-    assert speed[3:] == ["| lookahead 4/4/4 | 0.80x | 2.00x | 1.25x | 3/3 |", "| newcomer | 0.67x | 2.00x | 1.11x | 2/3 |"]
+    assert speed[0] == "| method | qa | rag | overall | pooled | identical to greedy | flagged |"
+    look = speedup([(10, 1.0), (20, 4.0), (30, 3.0)], [(10, 2.0), (20, 2.0), (30, 6.0)])  # per prompt: 2, 0.5, 2
+    assert look.geomean == pytest.approx(2 ** (1 / 3)) and look.low <= look.geomean <= look.high
+    assert speed[3] == (f"| lookahead 4/4/4 | 1.00x [0.50, 2.00] | 2.00x [2.00, 2.00] | {look.text()} | 1.25x | 3/3 | 0 |")
+    assert speed[2].endswith("| 1.00x | reference | 0 |")
     assert steps[0] == "| method | qa | rag | overall | Spec-Bench |"
     assert steps[2:] == ["| greedy | 1.00 | 1.00 | 1.00 | - |", "| lookahead 4/4/4 | 2.00 | 3.00 | 2.40 | 1.64 |",
                          "| newcomer | 1.07 | 2.00 | 1.40 | - |"]
@@ -395,9 +403,9 @@ def test_results_folder_renders_leaderboard_and_reads_former_names(tmp_path):
     assert [r.method for r in rows] == ["greedy", "hf_plookup"] and rows[1].identical == 4
     assert rows[1].speedup_vs_generate is None
     text = render_summary(tmp_path)
-    assert "| gsm8k | hf_plookup | 1.60 | 13.0 | 1.00x | 1.00x | 4/5 |" in text and "| specbench | newcomer | 1.40 |" in text
+    assert "| gsm8k | hf_plookup | 1.60 | 13.0 | 1.00x | 4/5 | 0 |" in text  # a file from before intervals: pooled and "| specbench | newcomer | 1.40 |" in text
     assert text.count("| dataset | method |") == 2  # one speed and one cost table for both files
-    assert "Leaderboard, specbench:" in text and "| newcomer | 0.67x | 2.00x | 1.11x | 2/3 |" in text
+    assert "Leaderboard, specbench:" in text and "| 2.00x [2.00, 2.00] | " in text and "| 1.25x | 3/3 | 0 |" in text
 
 
 def test_merged_per_task_runs_equal_one_run_over_all_tasks(tmp_path):

@@ -116,8 +116,10 @@ plt.show()
 #
 # S counts steps saved; the wall-clock speedup also pays for the wider steps: each lookahead step
 # here feeds `(N-1)W + n` tokens (the window, plus the n nodes of the draft tree: up to 24 in
-# all) instead of one. On a GPU a 24-token pass costs about
-# as much as a 1-token pass (decoding is memory-bound), so the speedup approaches S. On a CPU a
+# all) instead of one. On a GPU an eager 24-token pass costs about as much as a 1-token pass
+# (kernel launches, not arithmetic, set its time), but once CUDA graphs remove the launches a
+# 121-token step costs about 1.7-1.8 one-token steps (H200, float16, SmolLM2:
+# `benchmarks/results_gpu/`), so even there the speedup stays below S. On a CPU a
 # wider pass costs noticeably more, so the speedup printed above is usually well below S and
 # can be below 1. Tutorial 6 measures that cost and uses it to choose W, N and G; the Benchmarks
 # page of the documentation has results over whole datasets.

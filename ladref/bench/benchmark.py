@@ -100,6 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "built by the first run, loaded by later ones (max-autotune or default mode)")
     add("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     add("--device", default=None, help="default: cuda when available, else cpu")
+    add("--model", default=None, metavar="PATH", help="a local transformers causal LM folder (save_pretrained: config, "
+        "weights, tokenizer); default: the embedded SmolLM2-135M-Instruct")
     add("--out", default=None, help="folder for the JSON / CSV files (default: a fresh runs/bench-<date>-<time>/)")
     add("--no-progress", action="store_true", help="hide the progress bars")
     add("--autotune", action="store_true", help="add the auto-tuned (W, N, G), tuned on prompts outside the benchmarked ones")
@@ -207,6 +209,9 @@ def _bench(model, tokenizer, dataset: str, settings: BenchSettings, args, meta: 
     print(markdown_tables(summaries))
     print("one-time set-up, s (first call; compilation and capture for compiled rows, not in the tables): "
           + ", ".join(f"{label} {seconds:.1f}" for label, seconds in setup.items()))
+    flagged = [f"{r.method} on {r.prompt_id}" for r in records if r.flagged]
+    print(f"measurement protocol: {sum(len(r.rounds_s) for r in records)} timed calls for {len(records)} (prompt, method) "
+          f"figures; {len(flagged)} flagged (never settled: a disturbed machine){': ' + ', '.join(flagged) if flagged else ''}")
     for r in records:
         if not r.match:
             print(f"WARNING: {r.method} output differs from greedy on prompt {r.prompt_id}")
@@ -231,11 +236,13 @@ def _context_length(model, tokenizer, datasets: list[str], settings: BenchSettin
 
 def run(args: argparse.Namespace) -> int:
     """Load SmolLM2, run the benchmark (or agreement / scaling / context length) on each dataset, print and save."""
-    from ..models import load_default_model
+    from .local_model import load_bench_model
 
     if args.host_overhead:  # its own tiny model, its own threads
         from .host import run_host_command
 
+        if args.model is not None:
+            raise SystemExit("error: --host-overhead uses its own tiny model; drop --model")
         return run_host_command(args)
     args.max_new_tokens = args.max_new_tokens or 96
     if args.threads:
@@ -255,9 +262,13 @@ def run(args: argparse.Namespace) -> int:
                              args.lookup_tokens, args.max_new_tokens, attention_backend=args.attention_backend,
                              compile_mode=None if args.compile_mode == "none" else args.compile_mode,
                              compile_dir=args.compile_dir)
-    model, tokenizer = load_default_model(args.device, DTYPES.get(args.dtype))
+    try:
+        model, tokenizer, name = load_bench_model(args.model, args.device, DTYPES.get(args.dtype))
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from err
     meta = dict(run_meta(model), autotune=None)
-    print(f"model SmolLM2-135M-Instruct on {meta['device']} ({meta['machine']}, {meta['dtype']}); torch {meta['torch']}, "
+    meta["model"] = name
+    print(f"model {name} on {meta['device']} ({meta['machine']}, {meta['dtype']}); torch {meta['torch']}, "
           f"transformers {meta['transformers']}; results to {args.out}")
     if args.multi_request:
         return run_multi_command(model, tokenizer, methods, args, meta)

@@ -1,12 +1,15 @@
-"""Spec-Bench's leaderboard layout: one row per method; per task its speedup over greedy and S;
-then overall.
+"""Spec-Bench's leaderboard layout: one row per method; per task its speedup and mean accepted
+tokens; then overall.
 
-Pooling (the same for a task and for overall): a method's speedup is its total tokens / total
-wall time over the prompts, divided by greedy's on the same prompts (`ladref.greedy_decode`, run
-interleaved with it); S is its total tokens / total steps. Spec-Bench's "#Mean Accepted Tokens"
-(the mean over all steps of the tokens each step accepted) is the same ratio. Spec-Bench's own
-``evaluation/speed.py`` pools speed differently: the mean over prompts of each prompt's tokens/s,
-over greedy's mean; that figure is kept too (`TaskScore.speedup_mean_rate`, JSON and CSV only).
+The headline speedup is Spec-Bench's: over transformers' `generate()` (greedy, its default
+cache; Spec-Bench's "vanilla autoregressive" baseline), when the run has that row, as the
+geometric mean of per-prompt speedups with a 95% bootstrap interval over prompts
+(`ladref.bench.protocol.speedup`); over ladref's `greedy_decode` is the second column. The
+pooled figure (total tokens / total wall time over the baseline's on the same prompts) is kept
+beside it (`TaskScore.speedup`, over greedy). Mean accepted tokens (S) is total tokens / total
+steps, Spec-Bench's "#Mean Accepted Tokens". Spec-Bench's own ``evaluation/speed.py`` pools
+speed as the mean over prompts of each prompt's tokens/s over greedy's mean; that figure is kept
+too (`TaskScore.speedup_mean_rate`, JSON and CSV only).
 
 Nothing here knows the methods: the rows are whatever labels the records carry, and the only
 per-method data is `SPECBENCH_REFERENCE`, the leaderboard's published S for the same algorithm.
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from .measure import PromptRecord
 from .methods import method_name
+from .protocol import Speedup, speedup
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ _LOOKAHEAD, _PLD = Reference("Lookahead", 1.64, 1.34), Reference("PLD", 1.75, 1.
 SPECBENCH_REFERENCE: dict[str, Reference] = {
     "lookahead": _LOOKAHEAD, "compiled_lookahead": _LOOKAHEAD,
     "hf_plookup": _PLD, "prompt_lookup": _PLD,
-    "recycling": Reference("Recycling", 2.73, 2.22),
+    "recycling": Reference("Recycling", 2.73, 2.22), "recycling_warm": Reference("Recycling", 2.73, 2.22),
 }
 """Method name (`ladref.bench.methods.method_name`) -> the leaderboard's figure for its algorithm."""
 
@@ -59,9 +63,12 @@ class TaskScore:
         steps: decoding steps in total.
         wall_s: wall time in total (prefill included).
         identical: prompts whose output equals greedy's.
-        compression: S = tokens / steps.
-        speedup: (tokens / wall_s) / greedy's (tokens / wall_s), same prompts.
+        compression: S = tokens / steps, mean accepted tokens.
+        speedup: pooled, (tokens / wall_s) / greedy's (tokens / wall_s), same prompts.
         speedup_mean_rate: Spec-Bench's pooling: mean per-prompt tokens/s / greedy's mean.
+        vs_greedy: the geometric mean of per-prompt speedups over greedy, its interval and pooled figure.
+        vs_generate: the same over transformers' `generate()` (None without that row).
+        flagged: prompts whose figure the protocol flagged (measured on a disturbed machine).
     """
 
     prompts: int
@@ -72,6 +79,9 @@ class TaskScore:
     compression: float
     speedup: float
     speedup_mean_rate: float
+    vs_greedy: Speedup | None = None
+    vs_generate: Speedup | None = None
+    flagged: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,12 +103,22 @@ def _mean_rate(rows: Sequence[PromptRecord]) -> float:
     return sum(r.tokens_per_second for r in rows) / len(rows)
 
 
-def task_score(rows: Sequence[PromptRecord], greedy: Sequence[PromptRecord]) -> TaskScore:
-    """Pool one method's records against greedy's records of the same prompts."""
+def _against(rows: Sequence[PromptRecord], base: Sequence[PromptRecord] | None) -> Speedup | None:
+    """`rows` over `base`, prompt for prompt (None without a baseline or a time)."""
+    if not base or any(r.wall_s <= 0 or r.new_tokens == 0 for r in [*rows, *base]):
+        return None
+    by = {r.prompt_id: r for r in base}
+    return speedup([(r.new_tokens, r.wall_s) for r in rows], [(by[r.prompt_id].new_tokens, by[r.prompt_id].wall_s) for r in rows])
+
+
+def task_score(rows: Sequence[PromptRecord], greedy: Sequence[PromptRecord],
+               generate: Sequence[PromptRecord] | None = None) -> TaskScore:
+    """One method's records against greedy's (and `generate()`'s) records of the same prompts."""
     tokens, steps, base, base_mean = sum(r.new_tokens for r in rows), sum(r.steps for r in rows), _rate(greedy), _mean_rate(greedy)
     return TaskScore(len(rows), tokens, steps, sum(r.wall_s for r in rows), sum(r.match for r in rows),
                      tokens / steps if steps else 0.0, _rate(rows) / base if base > 0 else 0.0,
-                     _mean_rate(rows) / base_mean if base_mean > 0 else 0.0)
+                     _mean_rate(rows) / base_mean if base_mean > 0 else 0.0,
+                     _against(rows, greedy), _against(rows, generate), sum(r.flagged for r in rows))
 
 
 def leaderboard(records: Sequence[PromptRecord],
@@ -116,32 +136,53 @@ def leaderboard(records: Sequence[PromptRecord],
     if missing:
         raise ValueError(f"no greedy run, the baseline of every speedup, for task(s) {missing}")
     everyone = [r for rows in greedy.values() for r in rows]
+    generate = [r for r in records if r.method == "generate"] or None
     board = []
     for method in dict.fromkeys(r.method for r in records):
         mine = [r for r in records if r.method == method]
-        per_task = {t: task_score([r for r in mine if r.task == t], greedy[t]) for t in tasks}
-        board.append(LeaderboardRow(method, per_task, task_score(mine, everyone), reference.get(method_name(method))))
+        per_task = {t: task_score([r for r in mine if r.task == t], greedy[t], generate and [r for r in generate if r.task == t])
+                    for t in tasks}
+        board.append(LeaderboardRow(method, per_task, task_score(mine, everyone, generate), reference.get(method_name(method))))
     return board
 
 
+def _cell(score: TaskScore, generate: bool) -> str:
+    """The headline cell: the geometric mean over generate() (or greedy) and its 95% interval."""
+    chosen = score.vs_generate if generate else score.vs_greedy
+    return chosen.text() if chosen is not None else f"{score.speedup:.2f}x"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows])
+
+
 def leaderboard_markdown(board: Sequence[LeaderboardRow]) -> str:
-    """The leaderboard as Markdown, two narrow tables with one row per method: the speedup over greedy
-    per task, overall and the outputs identical to greedy's; then S per task, overall and the reference S."""
+    """The leaderboard as Markdown, two narrow tables with one row per method: the speedup over
+    `generate()` (over greedy without that row) per task and overall with its interval, the pooled
+    figure, over greedy, identical outputs and flags; then mean accepted tokens per task, overall
+    and the reference."""
     tasks = list(board[0].tasks) if board else []
+    over_generate = bool(board) and board[0].overall.vs_generate is not None
+    base = "`generate()`" if over_generate else "ladref `greedy_decode`"
 
-    def table(header: list[str], rows: list[list[str]]) -> str:
-        return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows])
+    def pooled(s: TaskScore) -> str:
+        chosen = s.vs_generate if over_generate else s.vs_greedy
+        return f"{chosen.pooled:.2f}x" if chosen else f"{s.speedup:.2f}x"
 
-    speed = table(["method", *tasks, "overall", "identical"], [
-        [row.method, *(f"{s.speedup:.2f}x" for s in row.tasks.values()), f"{row.overall.speedup:.2f}x",
-         f"{row.overall.identical}/{row.overall.prompts}"] for row in board])
-    steps = table(["method", *tasks, "overall", "Spec-Bench"], [
+    speed = _table(["method", *tasks, "overall", "pooled", *(["over greedy_decode"] if over_generate else []),
+                    "identical to greedy", "flagged"], [
+        [row.method, *(_cell(s, over_generate) for s in row.tasks.values()), _cell(row.overall, over_generate),
+         pooled(row.overall), *([_cell(row.overall, False)] if over_generate else []),
+         "reference" if row.method == "greedy" else f"{row.overall.identical}/{row.overall.prompts}",
+         str(row.overall.flagged)] for row in board])
+    steps = _table(["method", *tasks, "overall", "Spec-Bench"], [
         [row.method, *(f"{s.compression:.2f}" for s in row.tasks.values()), f"{row.overall.compression:.2f}",
          f"{row.reference.compression:.2f}" if row.reference else "-"] for row in board])
-    return ("Speedup over ladref `greedy_decode` (overall: all prompts pooled, total tokens / total time over "
-            f"greedy's):\n\n{speed}\n\nS, tokens per step (overall: total tokens / total steps; Spec-Bench: the "
-            "leaderboard's overall S for the same algorithm, Vicuna-7B on an A100, a reference, not a speed to "
-            f"compare with):\n\n{steps}")
+    return (f"Speedup over {base}: the geometric mean of per-prompt speedups [95% bootstrap interval over prompts]; "
+            "pooled: total tokens / total time over the baseline's; flagged: prompts measured on a disturbed "
+            f"machine (`ladref.bench.protocol`):\n\n{speed}\n\nMean accepted tokens (S, tokens per step: total "
+            "tokens / total steps; Spec-Bench: the leaderboard's overall mean accepted tokens for the same algorithm, "
+            f"Vicuna-7B on an A100, a reference, not a speed to compare with):\n\n{steps}")
 
 
 def leaderboard_dicts(board: Sequence[LeaderboardRow]) -> list[dict]:
@@ -149,9 +190,14 @@ def leaderboard_dicts(board: Sequence[LeaderboardRow]) -> list[dict]:
     return [asdict(row) for row in board]
 
 
+def _score(fields: dict) -> TaskScore:
+    speedups = {k: Speedup(**fields[k]) if fields.get(k) else None for k in ("vs_greedy", "vs_generate")}
+    return TaskScore(**{**fields, **speedups})
+
+
 def leaderboard_from_dicts(rows: Sequence[dict]) -> list[LeaderboardRow]:
     """The rows of `leaderboard_dicts`, as `LeaderboardRow` objects."""
-    return [LeaderboardRow(r["method"], {t: TaskScore(**s) for t, s in r["tasks"].items()}, TaskScore(**r["overall"]),
+    return [LeaderboardRow(r["method"], {t: _score(s) for t, s in r["tasks"].items()}, _score(r["overall"]),
                            Reference(**r["reference"]) if r.get("reference") else None) for r in rows]
 
 
@@ -160,12 +206,15 @@ def save_leaderboard_csv(board: Sequence[LeaderboardRow], path: str | Path) -> P
     identical count, then the reference S."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fields = ("speedup", "compression", "speedup_mean_rate", "identical", "prompts")
+    fields = ("speedup", "compression", "speedup_mean_rate", "identical", "prompts", "flagged")
     rows = []
     for row in board:
         cells = {"method": row.method}
         for task, score in [*row.tasks.items(), ("overall", row.overall)]:
             cells.update({f"{task}_{f}": getattr(score, f) for f in fields})
+            for base in ("greedy", "generate"):
+                chosen = getattr(score, f"vs_{base}")
+                cells.update({f"{task}_vs_{base}_{k}": getattr(chosen, k) if chosen else None for k in ("geomean", "low", "high")})
         cells["specbench_S"] = row.reference.compression if row.reference else None
         rows.append(cells)
     with out.open("w", newline="", encoding="utf-8") as handle:

@@ -1,23 +1,28 @@
 """Run decoders interleaved on the same prompts and record honest per-prompt measurements.
 
-Greedy decoding always runs, as the reference every output must equal and as the baseline of
-the speedups. For each prompt all methods run back to back (their order rotated from prompt
-to prompt), so that slow drifts of a shared machine hit every method alike.
+Greedy decoding always runs, as the reference every output must equal. For each prompt all
+methods run back to back in rounds (their order rotated each round and from prompt to prompt),
+so that slow drifts of a shared machine hit every method alike; the measurement protocol
+(`ladref.bench.protocol`) measures again what a busy moment disturbed, and flags what stays off.
 """
 
 from __future__ import annotations
 
 import resource
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
 from ..config import LookaheadConfig
 from ..kernels import check_attention_backend
+from ..results import DecodeResult
 from .flops import ModelShape, decode_flops
 from .methods import METHODS, BenchMethod, bench_methods, canonical_method, config_label  # noqa: F401 (re-exported)
+from .protocol import Protocol, Sample, disturbed, figure, rounds, settled, timed
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class BenchSettings:
             frozen max-autotune Inductor on a CPU).
         compile_dir: a folder of AOTInductor packages for the compiled rows (`ladref.fast.precompiled`):
             built there by the first run, loaded by later ones; None: `torch.compile` every run.
+        protocol: the rounds and the rules for a disturbed sample (`ladref.bench.protocol`; its
+            thread count is the run's own).
     """
 
     methods: tuple[str, ...] = ("greedy", "lookahead")
@@ -49,6 +56,7 @@ class BenchSettings:
     attention_backend: str = "auto"
     compile_mode: str | None = "auto"
     compile_dir: str | None = None
+    protocol: Protocol = Protocol()
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str) or not self.methods:
@@ -73,7 +81,7 @@ class BenchSettings:
 
 @dataclass(frozen=True)
 class PromptRecord:
-    """One method on one prompt.
+    """One method on one prompt: its figure, and every round that measured it.
 
     Attributes:
         prompt_id: the dataset's id of the prompt.
@@ -81,13 +89,21 @@ class PromptRecord:
         prompt_tokens: L.
         new_tokens: tokens generated.
         steps: decoding steps (forward passes after the prefill).
-        compression: S = new_tokens / steps.
+        compression: S = new_tokens / steps, Spec-Bench's "mean accepted tokens".
         mean_forward_tokens: mean tokens fed per step.
-        wall_s: seconds of the whole call (prefill included).
-        match: output identical to greedy's on this prompt.
+        wall_s: seconds of the whole call (prefill included): the median undisturbed round
+            (`ladref.bench.protocol.figure`).
+        match: output identical to greedy's on this prompt, in every round.
         flops: estimated FLOPs of the decoding steps (`ladref.bench.flops.decode_flops`, prefill excluded).
-        peak_mem_mib: CUDA: peak allocated memory of this call; CPU: the process's peak RSS so far.
+        peak_mem_mib: the peak memory of this method's calls alone: CUDA, allocated; a CPU, the
+            process's resident set (its high-water mark reset before each call, Linux).
         task: the prompt's task (Spec-Bench's "translation", ...; else the dataset or "").
+        rounds_s: every round's wall time, in the order measured.
+        cpu_shares: every round's CPU share (process CPU time / (wall x threads)).
+        loads: the 1-minute load average when each round started.
+        disturbed: which rounds the protocol judged disturbed (`ladref.bench.protocol.disturbed`).
+        flagged: the rounds never settled: a figure measured on a disturbed machine.
+        accepted: the histogram {tokens accepted by a step: steps} (keys as strings, as JSON keeps them).
     """
 
     prompt_id: str
@@ -102,22 +118,87 @@ class PromptRecord:
     flops: int
     peak_mem_mib: float
     task: str = ""
+    rounds_s: tuple[float, ...] = ()
+    cpu_shares: tuple[float, ...] = ()
+    loads: tuple[float, ...] = ()
+    disturbed: tuple[bool, ...] = ()
+    flagged: bool = False
+    accepted: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
+_CLEAR_REFS, _STATUS = Path("/proc/self/clear_refs"), Path("/proc/self/status")
+
+
 def _reset_peak(device: torch.device) -> None:
+    """Start a call's peak afresh: CUDA's allocator statistics, or Linux's resident high-water mark."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    elif _CLEAR_REFS.exists():
+        try:
+            _CLEAR_REFS.write_text("5")  # 5: reset the peak resident set size to the current one (Linux >= 4.0)
+        except OSError:
+            pass
 
 
 def _peak_mib(device: torch.device) -> float:
-    """CUDA: max allocated since the last reset; CPU: the process's max RSS (Linux reports KiB)."""
+    """CUDA: max allocated since the last reset; a CPU: the resident high-water mark since then (Linux's
+    VmHWM; elsewhere the process's max RSS, which is never reset)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    if _STATUS.exists():
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed_prompt(model, rows: Sequence[BenchMethod], ids: torch.Tensor, settings: BenchSettings, protocol: Protocol,
+                  shift: int) -> dict[str, tuple[DecodeResult, list[Sample], bool, float]]:
+    """Every row on one prompt in protocol rounds: its first result, its samples, whether every round's
+    output equalled greedy's first, and its peak memory."""
+    device, by_label = next(model.parameters()).device, {row.label: row for row in rows}
+    restore = {row.label: row.checkpoint() for row in rows if row.checkpoint is not None}
+    out: dict[str, list] = {}
+
+    def measure(label: str) -> Sample:
+        if label in out and label in restore:  # a row that learns across prompts starts each round as it started the first
+            restore[label]()
+        _reset_peak(device)
+        result, sample = timed(lambda: by_label[label].run(model, ids, settings.max_new_tokens))
+        peak = _peak_mib(device)
+        first = out.setdefault(label, [result, True, peak])
+        first[1] = first[1] and result.token_ids == first[0].token_ids
+        first[2] = max(first[2], peak)
+        return replace(sample, steps=max(1, result.stats.steps))
+
+    samples = rounds([row.label for row in rows], measure, protocol, shift=shift)
+    reference = out["greedy"][0].token_ids
+    return {label: (result, samples[label], same and result.token_ids == reference, peak)
+            for label, (result, same, peak) in out.items()}
+
+
+def _record(label: str, task: str, row: BenchMethod, measured: tuple, shape: ModelShape, protocol: Protocol) -> PromptRecord:
+    result, samples, match, peak = measured
+    stats, chosen = result.stats, figure(samples, protocol)
+    flops = decode_flops(shape, stats, row.flops_kind, row.config).decode
+    return PromptRecord(
+        label, row.label, stats.prefill_tokens + 1, stats.new_tokens, stats.steps, stats.compression,
+        stats.mean_forward_tokens, chosen.wall_s, match, flops, peak, task,
+        tuple(s.wall_s for s in samples), tuple(round(s.share(protocol.threads), 3) for s in samples),
+        tuple(round(s.load, 2) for s in samples), tuple(disturbed(samples, protocol)), not settled(samples, protocol),
+        {str(k): v for k, v in sorted(Counter(stats.accepted_per_step).items())},
+    )
+
+
+def bench_protocol(settings: BenchSettings, device: torch.device) -> Protocol:
+    """`settings.protocol` with this run's torch threads (off a CPU, no CPU share is asked for: the host waits on the device)."""
+    if device.type != "cpu":
+        return replace(settings.protocol, min_share=0.0)
+    return replace(settings.protocol, threads=torch.get_num_threads())
 
 
 def run_bench(
@@ -131,12 +212,12 @@ def run_bench(
     setup_s: dict[str, float] | None = None,
     rows: Sequence[BenchMethod] | None = None,
 ) -> list[PromptRecord]:
-    """Run every method of `settings` on every prompt, interleaved, and check them against greedy.
+    """Run every method of `settings` on every prompt, interleaved in protocol rounds, and check them against greedy.
 
     Args:
         model: a transformers decoder-only model (its device is used).
         prompts: one (L,) or (1, L) id tensor per prompt.
-        settings: methods and knobs.
+        settings: methods, knobs and the measurement protocol (`ladref.bench.protocol`).
         prompt_ids: labels of the prompts; default "0", "1", ...
         tasks: the task of each prompt (`PromptRecord.task`); default "".
         on_prompt: called with the prompt's index after each prompt (e.g. a progress bar).
@@ -156,6 +237,11 @@ def run_bench(
     rows = list(rows) if rows is not None else settings.methods_for(model, [torch.as_tensor(p) for p in prompts])
     if not rows or rows[0].label != "greedy":
         raise ValueError("the first row must be greedy, the reference of every output")
+    protocol = bench_protocol(settings, device)
+    stuck = [row.label for row in rows if row.stateful and row.checkpoint is None]
+    if stuck and protocol.max_rounds > 1:
+        raise ValueError(f"{', '.join(stuck)} learn across calls and cannot restart a round as it started: "
+                         "run them with one round (Protocol(min_rounds=1, max_rounds=1))")
     if settings.warmup:
         for row in rows:
             start = time.perf_counter()
@@ -164,20 +250,8 @@ def run_bench(
                 setup_s[row.label] = time.perf_counter() - start
     records: list[PromptRecord] = []
     for index, (label, task, ids) in enumerate(zip(labels, task_of, prompts)):
-        shift = index % len(rows)
-        results = {}
-        for row in rows[shift:] + rows[:shift]:
-            _reset_peak(device)
-            results[row.label] = (row.run(model, ids, settings.max_new_tokens), _peak_mib(device))
-        reference = results["greedy"][0].token_ids
-        for row in rows:
-            result, peak = results[row.label]
-            stats = result.stats
-            flops = decode_flops(shape, stats, row.flops_kind, row.config).decode
-            records.append(PromptRecord(
-                label, row.label, stats.prefill_tokens + 1, stats.new_tokens, stats.steps, stats.compression,
-                stats.mean_forward_tokens, stats.wall_time_s, result.token_ids == reference, flops, peak, task,
-            ))
+        measured = _timed_prompt(model, rows, ids, settings, protocol, index)
+        records += [_record(label, task, row, measured[row.label], shape, protocol) for row in rows]
         if on_prompt is not None:
             on_prompt(index)
     return records

@@ -36,6 +36,7 @@ A row's label is its method name, followed by its lookahead config for the looka
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -114,6 +115,9 @@ class BenchMethod:
         config: its lookahead config, or None.
         run: decodes one prompt: ``run(model, ids, max_new_tokens)``.
         warm: the one-time set-up, timed apart from decoding: ``warm(model, prompts, max_new_tokens)``.
+        stateful: it learns across calls (a warm matrix, a memory of earlier outputs).
+        checkpoint: for a stateful row, saves what it learned so far and returns a function
+            that puts it back (a round of a prompt is timed from the state the first began with).
     """
 
     label: str
@@ -121,6 +125,29 @@ class BenchMethod:
     config: LookaheadConfig | None
     run: Decoder
     warm: Callable[[torch.nn.Module, Sequence[torch.Tensor], int], None]
+    stateful: bool = False
+    checkpoint: Callable[[], Callable[[], None]] | None = None
+
+
+def _copy_source(source: object) -> object:
+    """A copy of a draft source with what it learned (a suffix proposer's deepcopy shares its memory: copied too)."""
+    twin = copy.deepcopy(source)
+    if getattr(source, "memory", None) is not None:
+        twin.memory = copy.deepcopy(source.memory)
+    return twin
+
+
+def _learning_row(label: str, source: object, decode: Callable) -> BenchMethod:
+    """A row whose draft source learns across calls: ``decode(model, ids, n, source)``, with a checkpoint
+    that copies the source (outside the timed call) and restores it."""
+    box = [source]
+
+    def checkpoint() -> Callable[[], None]:
+        saved = _copy_source(box[0])
+        return lambda: box.__setitem__(0, _copy_source(saved))
+
+    run = lambda m, ids, n: decode(m, ids, n, box[0])  # noqa: E731
+    return BenchMethod(label, "tree", None, run, _first_call(run), stateful=True, checkpoint=checkpoint)
 
 
 def _first_call(run: Decoder) -> Callable:
@@ -168,7 +195,7 @@ def _compiled_adaptive(model, max_length, mode, backend, compile_dir=None, remem
         decoder(prompts[0], min(8, n))
 
     label = "compiled_adaptive_all" if remembering else "compiled_adaptive"
-    return BenchMethod(label, "tree", None, lambda m, ids, n: decoder(ids, n), setup)
+    return BenchMethod(label, "tree", None, lambda m, ids, n: decoder(ids, n), setup, stateful=remembering)
 
 
 def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend: str) -> BenchMethod:
@@ -183,13 +210,13 @@ def _tree_rows(method: str, model: torch.nn.Module, lookup_tokens: int, backend:
     elif method == "draft_all":
         run = lambda m, ids, n: draft_decode(m, ids, n, proposers=default_proposers(m), attention_backend=backend)  # noqa: E731
     elif method == "recycling_warm":
-        warm = RecyclingProposer.for_model(model, warm=True)
-        run = lambda m, ids, n: recycling_decode(m, ids, n, proposer=warm, attention_backend=backend)  # noqa: E731
+        return _learning_row(method, RecyclingProposer.for_model(model, warm=True),
+                             lambda m, ids, n, p: recycling_decode(m, ids, n, proposer=p, attention_backend=backend))
     elif method == "suffix":
         run = lambda m, ids, n: suffix_decode(m, ids, n, attention_backend=backend)  # noqa: E731
     elif method == "suffix_memory":
-        remembering = SuffixProposer.for_model(model, memory=SuffixMemory())
-        run = lambda m, ids, n: suffix_decode(m, ids, n, proposer=remembering, attention_backend=backend)  # noqa: E731
+        return _learning_row(method, SuffixProposer.for_model(model, memory=SuffixMemory()),
+                             lambda m, ids, n, p: suffix_decode(m, ids, n, proposer=p, attention_backend=backend))
     else:  # the call a user makes: the curve from the user's cost cache (measured there once, in the set-up if new)
         run = lambda m, ids, n: adaptive_decode(m, ids, n, attention_backend=backend)  # noqa: E731
     return BenchMethod(method, "tree", None, run, _first_call(run))

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .measure import PromptRecord
 from .methods import canonical_label
+from .protocol import speedup
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,12 @@ class MethodSummary:
         peak_mem_mib: the largest `PromptRecord.peak_mem_mib`.
         gflops_per_step: estimated decoding GFLOPs per step (`ladref.bench.flops`).
         ms_per_step: total wall time / steps (the prefill is included in the wall time).
+        vs_generate: over `generate()`, per prompt: the geometric mean, its 95% bootstrap interval over
+            prompts and the pooled figure (`ladref.bench.protocol.Speedup` as a dict; None without that row).
+        vs_greedy: the same over ladref's `greedy_decode`.
+        flagged: prompts whose figure the measurement protocol flagged (a disturbed machine).
+        rounds: timed calls in all (every round of every prompt).
+        accepted: the histogram {tokens accepted by a step: steps} over every prompt.
     """
 
     method: str
@@ -57,6 +65,19 @@ class MethodSummary:
     gflops_per_step: float
     ms_per_step: float
     identical: int
+    vs_generate: dict | None = None
+    vs_greedy: dict | None = None
+    flagged: int = 0
+    rounds: int = 0
+    accepted: dict[str, int] = field(default_factory=dict)
+
+
+def _versus(rows: Sequence[PromptRecord], base: Sequence[PromptRecord]) -> dict | None:
+    """`rows` over `base` prompt for prompt (`ladref.bench.protocol.speedup`), as a dict; None without a baseline."""
+    by = {r.prompt_id: r for r in base}
+    if not base or any(r.prompt_id not in by or r.wall_s <= 0 or by[r.prompt_id].wall_s <= 0 for r in rows):
+        return None
+    return asdict(speedup([(r.new_tokens, r.wall_s) for r in rows], [(by[r.prompt_id].new_tokens, by[r.prompt_id].wall_s) for r in rows]))
 
 
 def summarize(records: Sequence[PromptRecord]) -> list[MethodSummary]:
@@ -86,6 +107,12 @@ def summarize(records: Sequence[PromptRecord]) -> list[MethodSummary]:
             gflops_per_step=flops[m] / steps / 1e9 if steps else 0.0,
             ms_per_step=1e3 * wall[m] / steps if steps else 0.0,
             identical=sum(r.match for r in rows),
+            vs_generate=_versus(rows, [r for r in records if r.method == "generate"]),
+            vs_greedy=_versus(rows, [r for r in records if r.method == "greedy"]),
+            flagged=sum(r.flagged for r in rows),
+            rounds=sum(len(r.rounds_s) for r in rows),
+            accepted={str(k): v for k, v in sorted(sum((Counter({int(a): c for a, c in r.accepted.items()}) for r in rows),
+                                                        Counter()).items())},
         ))
     return summaries
 
@@ -101,17 +128,27 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], datasets: Seque
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def speed_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
-    """Markdown: method, S, tokens/s, speedups, identical outputs / prompts (one row per method).
+def _interval(value: dict | None, pooled: float | None) -> str:
+    """"1.23x [1.10, 1.37]" from a `Speedup` dict; the pooled figure alone for a file from before intervals."""
+    if value is None:
+        return _fmt(pooled, "x")
+    return f"{value['geomean']:.2f}x [{value['low']:.2f}, {value['high']:.2f}]"
 
-    The "vs generate" and "vs hf_plookup" columns appear only when the run has that row; with
-    `datasets` (one label per summary), a first "dataset" column holds them.
+
+def speed_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | None = None) -> str:
+    """Markdown: method, mean accepted tokens (S), tokens/s, speedups, identical outputs, flags (one row per method).
+
+    A speedup is the geometric mean of per-prompt speedups with its 95% bootstrap interval over
+    prompts; the headline is over `generate()` when the run has that row, with its pooled figure
+    beside it, then over greedy. With `datasets` (one label per summary), a first "dataset" column holds them.
     """
-    extra = [(title, key) for title, key in (("vs generate", "speedup_vs_generate"), ("vs hf_plookup", "speedup_vs_plookup"))
-             if any(getattr(s, key) is not None for s in summaries)]
-    header = ["method", "S", "tok/s", "speedup vs greedy", *(t for t, _ in extra), "identical to greedy"]
-    rows = [[s.method, f"{s.compression:.2f}", f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
-             *(_fmt(getattr(s, key), "x") for _, key in extra), f"{s.identical}/{s.prompts}"] for s in summaries]
+    generate = any(s.speedup_vs_generate is not None for s in summaries)
+    header = ["method", "mean accepted tokens", "tok/s", *(["vs generate() [95% CI]", "pooled"] if generate else []),
+              "vs greedy_decode [95% CI]", "identical to greedy", "flagged"]
+    rows = [[s.method, f"{s.compression:.2f}", f"{s.tokens_per_second:.1f}",
+             *([_interval(s.vs_generate, s.speedup_vs_generate), _fmt(s.speedup_vs_generate, "x")] if generate else []),
+             _interval(s.vs_greedy, s.speedup), "reference" if s.method == "greedy" else f"{s.identical}/{s.prompts}",
+             str(s.flagged)] for s in summaries]
     return _table(header, rows, datasets)
 
 
@@ -205,7 +242,7 @@ def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
 
     folder = Path(folder)
     tables, lines, setup, boards = {}, [], [], []
-    for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling", "context", "cost"))):
+    for path in sorted(p for p in folder.glob("*.json") if not p.stem.startswith(("agreement", "scaling", "context", "cost", "repro"))):
         meta, rows = load_summaries(path)
         dataset = DATASET_ALIASES.get(meta.get("dataset", path.stem), meta.get("dataset", path.stem))
         tables[dataset] = rows

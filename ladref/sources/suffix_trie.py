@@ -14,6 +14,7 @@ O(n D), in exchange for code a student can read in one sitting.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import threading
@@ -165,6 +166,15 @@ class SuffixMemory:
         self.max_tokens, self.trie, self.lock = max_tokens, SuffixTrie(depth), threading.Lock()
         self.records: dict[int, tuple[list[int], list[Node]]] = {}  # key -> (tokens, ends), oldest first
         self.tokens, self.vocab_size, self._keys = 0, None, itertools.count()
+
+    def __deepcopy__(self, memo: dict) -> "SuffixMemory":
+        """An independent memory holding the same records (a lock of its own; its nodes copied once,
+        so each record's ends stay nodes of its trie)."""
+        twin = SuffixMemory(self.max_tokens, self.trie.depth)
+        with self.lock:
+            twin.trie, twin.records = copy.deepcopy((self.trie, self.records), memo)
+            twin.tokens, twin.vocab_size, twin._keys = self.tokens, self.vocab_size, itertools.count(next(self._keys))
+        return twin
 
     def bind(self, vocab_size: int) -> None:
         """Record the vocabulary of the model it serves; another one is refused (its token ids mean other words).
