@@ -245,7 +245,10 @@ def run_bench(
     if settings.warmup:
         for row in rows:
             start = time.perf_counter()
+            restore = row.checkpoint() if row.checkpoint is not None else None
             row.warm(model, prompts, settings.max_new_tokens)
+            if restore is not None:  # a learning row's set-up call must not teach it a benchmarked prompt
+                restore()
             if setup_s is not None:
                 setup_s[row.label] = time.perf_counter() - start
     records: list[PromptRecord] = []
