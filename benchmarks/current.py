@@ -2,7 +2,7 @@
 command at a committed checkout, and the tables the docs and README show, generated from them.
 
 Usage:
-    python benchmarks/current.py run                  # every benchmark, in order (about 2 hours on 2 cores)
+    python benchmarks/current.py run                  # every benchmark, in order (about 70 minutes on 2 cores)
     python benchmarks/current.py run specbench load   # some of them
     python benchmarks/current.py run --force ...      # on a machine the probe finds busy: every result stamped so
     python benchmarks/current.py render               # each folder's summary.md, the headline block, README's copy
@@ -39,17 +39,17 @@ BENCH = [sys.executable, "-m", "ladref", "bench", "--no-progress"]
 # benchmark -> (minutes on a quiet 2-core AMD EPYC, the command's arguments after `python -m ladref bench`)
 STAGES: dict[str, tuple[int, list[str]]] = {
     "host_overhead": (3, ["--host-overhead", "--batch", "1,4,16"]),
-    "tasks": (30, ["--dataset", "humaneval,mtbench,gsm8k", "--limit", "8", "--max-new-tokens", "64", "--threads", "2",
+    "tasks": (15, ["--dataset", "humaneval,mtbench,gsm8k", "--limit", "8", "--max-new-tokens", "64", "--threads", "2",
                    "--method", "generate,hf_plookup,prompt_lookup,lookahead", "--config", "4/4/4"]),
-    "specbench": (40, ["--dataset", "specbench", "--limit", "4", "--max-new-tokens", "64", "--threads", "2",
+    "specbench": (21, ["--dataset", "specbench", "--limit", "4", "--max-new-tokens", "64", "--threads", "2",
                        "--method", "generate,hf_plookup,prompt_lookup,lookahead,recycling_warm,suffix,adaptive",
                        "--config", "4/4/4"]),
-    "load": (8, ["--dataset", "specbench", "--limit", "2", "--batch", "1,4,12", "--method", "greedy,adaptive",
+    "load": (3, ["--dataset", "specbench", "--limit", "2", "--batch", "1,4,12", "--method", "greedy,adaptive",
                  "--max-new-tokens", "64", "--lookup-tokens", "4", "--threads", "2"]),
-    "multi": (7, ["--multi-request", "humaneval", "--limit", "6", "--max-new-tokens", "96", "--threads", "2"]),
+    "multi": (3, ["--multi-request", "humaneval", "--limit", "6", "--max-new-tokens", "96", "--threads", "2"]),
     "cost": (4, ["--cost", "--threads", "2", "--repeats", "5", "--kv-lengths", "128,1024"]),
-    "compiled": (20, ["--dataset", "specbench", "--limit", "2", "--max-new-tokens", "64", "--threads", "2",
-                      "--method", "generate,compiled_greedy,compiled_adaptive"]),
+    "compiled": (18, ["--dataset", "specbench", "--limit", "2", "--max-new-tokens", "64", "--threads", "2",
+                      "--method", "generate,generate_compiled,compiled_greedy,compiled_adaptive"]),
 }
 REPRO = ("specbench", "tasks", "compiled")
 """The benchmarks `repro` can rerun a slice of (those timed prompt by prompt, `ladref.bench.measure.run_bench`)."""

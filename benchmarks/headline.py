@@ -181,6 +181,10 @@ def headline(folder: Path, readme: bool = False) -> str:
         gains = _compiled_gains(folder / "compiled")
         result = _speedups(d["summary"]) if gains is None else (
             f"compiled adaptive {_x(gains[0] * gains[1])} over `generate()`: compiling {_x(gains[0])} x drafting {_x(gains[1])}")
+        peer = next((r["vs_generate_compiled"] for r in d["summary"] if r["method"] == "compiled_adaptive"
+                     and r.get("vs_generate_compiled")), None)
+        if peer:
+            result += f"; {_x(peer['geomean'])} [{peer['low']:.2f}, {peer['high']:.2f}] over transformers' compiled `generate()`"
         row("compiled", "compiled", result, _identical(d["summary"]), d["meta"])
     if (folder / "load").is_dir():
         _, d = _json(folder / "load", "load_cpu.json")

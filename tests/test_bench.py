@@ -564,3 +564,19 @@ def test_suffix_rows_of_the_benchmark_match_greedy_and_the_memory_helps_on_a_rep
     assert all(r.match for r in records)
     by = {(r.prompt_id, r.method): r for r in records}
     assert by[("1", "suffix_memory")].steps < by[("1", "suffix")].steps == by[("0", "suffix")].steps
+
+
+def test_transformers_compiled_greedy_is_a_row_and_equals_greedy():
+    """transformers' own compiled greedy (a static cache compiled off CUDA too): the compiled rows' peer."""
+    from ladref.bench.hf import generate_decode
+
+    model, ids = tiny_model("llama", 16, 1), PROMPTS[0]
+    out = generate_decode(model, ids, 6, cache_implementation="static", compiled=True)
+    assert out.method == "generate_compiled" and out.token_ids == greedy_decode(model, ids, 6).token_ids
+    with pytest.raises(ValueError, match="compiled=True needs cache_implementation='static'"):
+        generate_decode(model, ids, 6, compiled=True)
+    settings = BenchSettings(("generate_compiled", "generate"), LookaheadConfig(2, 3, 2), max_new_tokens=6)
+    records = run_bench(model, PROMPTS[:1], settings)
+    summaries = {s.method: s for s in summarize(records)}
+    assert all(r.match for r in records) and summaries["generate"].vs_generate_compiled is not None
+    assert "vs compiled generate() [95% CI]" in speed_table(list(summaries.values()))

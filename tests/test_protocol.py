@@ -111,8 +111,8 @@ def test_protocol_validation():
         rounds([], lambda m: _sample(1), QUIET)
 
 
-def _records(times: dict[str, list[float]], tokens: int = 64) -> list[dict]:
-    return [{"prompt_id": str(i), "method": m, "new_tokens": tokens, "wall_s": t, "flagged": False}
+def _records(times: dict[str, list[float]], tokens: int = 64, steps: int = 40) -> list[dict]:
+    return [{"prompt_id": str(i), "method": m, "new_tokens": tokens, "wall_s": t, "flagged": False, "steps": steps}
             for m, ts in times.items() for i, t in enumerate(ts)]
 
 
@@ -129,6 +129,9 @@ def test_repro_compares_the_same_prompts_over_the_same_baseline():
     text = repro_markdown(base, rows, {"git_commit": "a" * 40, "machine": "AMD EPYC, 2 torch threads"}, {"git_commit": "b" * 40})
     assert "| lookahead |" in text and "| yes |" in text and "`aaaaaaa`" in text
     json.dumps([r.method for r in rows])
+    learned = _records({"generate": [2.0, 2.0], "greedy": [1.6, 1.7], "lookahead": [1.0, 1.2]}, steps=30)
+    other = compare(committed, learned)[1][1]
+    assert not other.same_work and "not the same work" in repro_markdown("generate", [other], {}, {})
     with pytest.raises(ValueError, match="no prompt '9'"):
         compare(committed, [dict(r, prompt_id="9") for r in rerun])
 

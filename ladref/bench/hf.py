@@ -130,6 +130,7 @@ def generate_decode(
     max_new_tokens: int = 64,
     *,
     cache_implementation: str | None = None,
+    compiled: bool = False,
     **options: Unpack[BaselineOptions],
 ) -> DecodeResult:
     """Greedy decoding by transformers' ``model.generate(do_sample=False)``.
@@ -140,17 +141,28 @@ def generate_decode(
         max_new_tokens: most tokens to generate.
         cache_implementation: None (a `DynamicCache`) or "static" (a preallocated cache; on CUDA
             transformers then compiles the decoding step with ``torch.compile``).
+        compiled: with a static cache, have transformers compile its decoding step on any device
+            (its `CompileConfig`, told to compile off CUDA too; "reduce-overhead" on CUDA, Inductor's
+            default mode elsewhere): transformers' own compiled greedy, the compiled rows' peer.
         **options: as `ladref.greedy_decode`'s (`ladref.options.BaselineOptions`), but the attention
             backend defaults to "torch": transformers as its users run it.
 
     Returns:
-        `DecodeResult` with method "generate" ("generate_static" with a static cache).
+        `DecodeResult` with method "generate" ("generate_static" with a static cache, "generate_compiled" compiled).
     """
     if cache_implementation not in (None, "static"):
         raise ValueError(f"cache_implementation must be None or 'static', got {cache_implementation!r}")
+    if compiled and cache_implementation != "static":
+        raise ValueError("compiled=True needs cache_implementation='static': transformers compiles only over a static cache")
     check_model(model)
     extra = {} if cache_implementation is None else {"cache_implementation": cache_implementation}
-    method = "generate" if cache_implementation is None else "generate_static"
+    method = "generate" if cache_implementation is None else "generate_compiled" if compiled else "generate_static"
+    if compiled:
+        from transformers import CompileConfig  # noqa: PLC0415
+
+        config = CompileConfig(mode="reduce-overhead" if next(model.parameters()).is_cuda else "default")
+        config._compile_all_devices = True  # transformers' own switch for compiling off CUDA
+        extra["compile_config"] = config
     return run_generate(model, input_ids, max_new_tokens, method, extra, accept("generate_decode", options, BaselineOptions))
 
 

@@ -24,8 +24,10 @@
   cost cache, measured in the set-up when it is not there yet), ``draft_all``
   (`ladref.draft_decode` with adaptive decoding's sources, prompt lookup + lookahead 7/4/7 + Token Recycling, all fed every
   step: the tokens per step of every source together): the tree decoders of `ladref`;
-* ``generate``, ``generate_static``, ``hf_plookup``: transformers' ``generate()`` greedy, with a
-  static cache (which transformers compiles itself on CUDA), and transformers' prompt lookup
+* ``generate``, ``generate_static``, ``generate_compiled``, ``hf_plookup``: transformers' ``generate()``
+  greedy, with a static cache (which transformers compiles itself on CUDA), with a static cache
+  compiled by transformers on any device (its compiled greedy, the compiled rows' peer on a CPU
+  too), and transformers' prompt lookup
   (`ladref.bench.hf`, matching up to `HF_LOOKUP_NGRAM` tokens as ``prompt_lookup`` does), run with
   transformers' own attention dispatch and the model's own linear layers: the plain forward pass. ``plookup`` is accepted as
   an alias of ``hf_plookup`` (`METHOD_ALIASES`).
@@ -57,7 +59,7 @@ from ..sources.suffix import SuffixProposer, suffix_decode
 from ..sources.suffix_trie import SuffixMemory
 from .hf import generate_decode, hf_prompt_lookup_decode
 
-METHODS = ("greedy", "generate", "generate_static", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
+METHODS = ("greedy", "generate", "generate_static", "generate_compiled", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
            "recycling", "recycling_warm", "suffix", "suffix_memory", "adaptive", "draft_all", "compiled_greedy", "compiled_lookahead",
            "compiled_adaptive", "compiled_adaptive_all")
 METHOD_ALIASES = {"plookup": "hf_plookup"}
@@ -231,9 +233,10 @@ def bench_methods(methods: Sequence[str], configs: Sequence[LookaheadConfig], mo
         if method == "greedy":
             run = lambda m, ids, n: greedy_decode(m, ids, n, attention_backend=backend)  # noqa: E731
             rows.append(BenchMethod("greedy", "greedy", None, run, _first_call(run)))
-        elif method in ("generate", "generate_static"):
-            cache_kind = "static" if method == "generate_static" else None
-            run = lambda m, ids, n, c=cache_kind: generate_decode(m, ids, n, cache_implementation=c)  # noqa: E731
+        elif method in ("generate", "generate_static", "generate_compiled"):
+            cache_kind = None if method == "generate" else "static"
+            run = lambda m, ids, n, c=cache_kind, k=method == "generate_compiled": generate_decode(  # noqa: E731
+                m, ids, n, cache_implementation=c, compiled=k)
             rows.append(BenchMethod(method, "greedy", None, run, _longest_call(run) if cache_kind else _first_call(run)))
         elif method == "hf_plookup":
             run = lambda m, ids, n: hf_prompt_lookup_decode(m, ids, n, prompt_lookup_num_tokens=lookup_tokens,  # noqa: E731

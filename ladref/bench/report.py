@@ -45,6 +45,7 @@ class MethodSummary:
         vs_generate: over `generate()`, per prompt: the geometric mean, its 95% bootstrap interval over
             prompts and the pooled figure (`ladref.bench.protocol.Speedup` as a dict; None without that row).
         vs_greedy: the same over ladref's `greedy_decode`.
+        vs_generate_compiled: the same over transformers' own compiled greedy (row "generate_compiled").
         flagged: prompts whose figure the measurement protocol flagged (a disturbed machine).
         rounds: timed calls in all (every round of every prompt).
         accepted: the histogram {tokens accepted by a step: steps} over every prompt.
@@ -67,6 +68,7 @@ class MethodSummary:
     identical: int
     vs_generate: dict | None = None
     vs_greedy: dict | None = None
+    vs_generate_compiled: dict | None = None
     flagged: int = 0
     rounds: int = 0
     accepted: dict[str, int] = field(default_factory=dict)
@@ -109,6 +111,7 @@ def summarize(records: Sequence[PromptRecord]) -> list[MethodSummary]:
             identical=sum(r.match for r in rows),
             vs_generate=_versus(rows, [r for r in records if r.method == "generate"]),
             vs_greedy=_versus(rows, [r for r in records if r.method == "greedy"]),
+            vs_generate_compiled=_versus(rows, [r for r in records if r.method == "generate_compiled"]),
             flagged=sum(r.flagged for r in rows),
             rounds=sum(len(r.rounds_s) for r in rows),
             accepted={str(k): v for k, v in sorted(sum((Counter({int(a): c for a, c in r.accepted.items()}) for r in rows),
@@ -143,12 +146,14 @@ def speed_table(summaries: Sequence[MethodSummary], datasets: Sequence[str] | No
     beside it, then over greedy. With `datasets` (one label per summary), a first "dataset" column holds them.
     """
     generate = any(s.speedup_vs_generate is not None for s in summaries)
+    compiled = any(s.vs_generate_compiled is not None for s in summaries)
     header = ["method", "mean accepted tokens", "tok/s", *(["vs generate() [95% CI]", "pooled"] if generate else []),
-              "vs greedy_decode [95% CI]", "identical to greedy", "flagged"]
+              "vs greedy_decode [95% CI]", *(["vs compiled generate() [95% CI]"] if compiled else []),
+              "identical to greedy", "flagged"]
     rows = [[s.method, f"{s.compression:.2f}", f"{s.tokens_per_second:.1f}",
              *([_interval(s.vs_generate, s.speedup_vs_generate), _fmt(s.speedup_vs_generate, "x")] if generate else []),
-             _interval(s.vs_greedy, s.speedup), "reference" if s.method == "greedy" else f"{s.identical}/{s.prompts}",
-             str(s.flagged)] for s in summaries]
+             _interval(s.vs_greedy, s.speedup), *([_interval(s.vs_generate_compiled, None)] if compiled else []),
+             "reference" if s.method == "greedy" else f"{s.identical}/{s.prompts}", str(s.flagged)] for s in summaries]
     return _table(header, rows, datasets)
 
 

@@ -28,6 +28,9 @@ class ReproRow:
         ratio: rerun over committed geometric mean.
         inside: the rerun's geometric mean lies inside the committed interval.
         flagged: prompts the rerun flagged (measured on a disturbed machine).
+        same_work: both runs took the same steps on every prompt. A method that learns across prompts
+            (a warm matrix, a memory) has learned from other prompts before a slice's: it does other
+            work, and its speed is no test of the committed figure.
     """
 
     method: str
@@ -37,6 +40,7 @@ class ReproRow:
     ratio: float
     inside: bool
     flagged: int
+    same_work: bool = True
 
 
 def slice_command(command: str, per_dataset: int, out: str) -> list[str]:
@@ -64,6 +68,11 @@ def _pairs(records: Sequence[dict], method: str, ids: Sequence[tuple[str, str]])
     return [(by[i]["new_tokens"], by[i]["wall_s"]) for i in ids]
 
 
+def _steps(records: Sequence[dict], method: str, ids: Sequence[tuple[str, str]]) -> list[int | None]:
+    by = {_key(r): r for r in records if r["method"] == method}
+    return [by[i].get("steps") for i in ids]
+
+
 def compare(committed: Sequence[dict], rerun: Sequence[dict]) -> tuple[str, list[ReproRow]]:
     """(the baseline, one `ReproRow` per method besides it) over the prompts the rerun measured.
 
@@ -82,8 +91,9 @@ def compare(committed: Sequence[dict], rerun: Sequence[dict]) -> tuple[str, list
         before = speedup(_pairs(committed, method, ids), _pairs(committed, base, ids))
         after = speedup(_pairs(rerun, method, ids), _pairs(rerun, base, ids))
         flagged = sum(bool(r.get("flagged")) for r in rerun if r["method"] == method)
+        same = _steps(committed, method, ids) == _steps(rerun, method, ids)
         rows.append(ReproRow(method, len(ids), before, after, after.geomean / before.geomean,
-                             before.low <= after.geomean <= before.high, flagged))
+                             before.low <= after.geomean <= before.high, flagged, same))
     return base, rows
 
 
@@ -97,8 +107,17 @@ def repro_markdown(base: str, rows: Sequence[ReproRow], committed_meta: dict, re
              "interval over prompts].", "",
              "| method | committed | rerun | rerun / committed | inside the committed interval | flagged in the rerun |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {r.method} | {r.committed.text()} | {r.rerun.text()} | {r.ratio:.3f} | {'yes' if r.inside else 'no'} | "
-              f"{r.flagged} |" for r in rows]
+    lines += [f"| {r.method} | {r.committed.text()} | {r.rerun.text()} | {r.ratio:.3f} | "
+              f"{('yes' if r.inside else 'no') if r.same_work else 'not the same work'} | {r.flagged} |" for r in rows]
+    learned = [r.method for r in rows if not r.same_work]
+    if learned:
+        lines += ["", f"Not the same work: {', '.join(learned)} took other steps on these prompts than in the committed "
+                  "run: a method that learns across prompts has learned from other prompts before a slice's, so its "
+                  "speed there is no test of the committed figure."]
+    within = [r for r in rows if r.same_work]
+    if within:
+        lines += ["", f"Of the other {len(within)}: {sum(abs(r.ratio - 1) <= 0.12 for r in within)} within 12% of the "
+                  f"committed figure, {sum(r.inside for r in within)} inside its interval."]
     return "\n".join(lines) + "\n"
 
 
