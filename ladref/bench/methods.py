@@ -157,11 +157,13 @@ def _first_call(run: Decoder) -> Callable:
 
 
 def _longest_call(run: Decoder) -> Callable:
-    """transformers' static cache is sized by the longest call; compile for it before timing."""
+    """transformers' static cache is sized by each call: compile for the longest and the shortest prompt
+    before timing (after a second size, torch.compile makes the size dynamic, so no timed call recompiles)."""
     def warm(model, prompts, n):
-        longest = max(prompts, key=lambda p: p.numel())
-        for _ in range(2):
-            run(model, longest, n)
+        ends = dict.fromkeys([max(prompts, key=lambda p: p.numel()), min(prompts, key=lambda p: p.numel())])
+        for prompt in ends:
+            for _ in range(2):
+                run(model, prompt, n)
     return warm
 
 
