@@ -155,13 +155,16 @@ def repro(argv: list[str]) -> int:
         print(f"repro: name a benchmark timed prompt by prompt: {', '.join(REPRO)}", file=sys.stderr)
         return 2
     name, prompts = argv[0], int(argv[argv.index("--prompts") + 1]) if "--prompts" in argv else 6
-    if dirty():
-        print("commit first: the rerun names the commit it measured, and tracked files have changes", file=sys.stderr)
-        return 2
     files = sorted(p for p in (RESULTS / name).glob("*.json") if p.stem != "repro") if (RESULTS / name).is_dir() else []
     if not files:
         print(f"repro: no committed result in benchmarks/results/{name}/: run `python benchmarks/current.py run {name}` first",
               file=sys.stderr)
+        return 2
+    if prompts < 1:
+        print(f"repro: --prompts must be at least 1, got {prompts}", file=sys.stderr)
+        return 2
+    if dirty():
+        print("commit first: the rerun names the commit it measured, and tracked files have changes", file=sys.stderr)
         return 2
     committed = [json.loads(p.read_text(encoding="utf-8")) for p in files]
     meta, state = committed[0]["meta"], probe("--force" in argv)

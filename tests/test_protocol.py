@@ -213,3 +213,24 @@ def test_check_refuses_results_from_two_machines_or_a_busy_one(tmp_path):
     (tmp_path / "README.md").write_text("")
     assert "Measured on a busy machine (--force)" in headline.stamp(busy)
     assert any("busy machine" in p for p in headline.problems(tmp_path, tmp_path))
+
+
+def _current(monkeypatch, results):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "current.py"
+    spec = importlib.util.spec_from_file_location("current_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "RESULTS", results)
+    return module
+
+
+def test_current_names_a_bad_benchmark_and_a_missing_result(monkeypatch, tmp_path, capsys):
+    current = _current(monkeypatch, tmp_path)
+    assert current.main(["run", "specbnch"]) == 2 and "unknown benchmark specbnch; choose from" in capsys.readouterr().err
+    assert current.main(["repro", "load"]) == 2 and "repro: name a benchmark timed prompt by prompt" in capsys.readouterr().err
+    assert current.main(["repro", "specbench"]) == 2
+    assert "no committed result in benchmarks/results/specbench/" in capsys.readouterr().err
+    assert current.main(["bench"]) == 2 and "Usage" in capsys.readouterr().err
