@@ -26,12 +26,16 @@ def machine(device: torch.device) -> str:
 
 
 def git_commit() -> str | None:
-    """The ladref checkout's commit ("+ changes" when tracked files differ from it); None outside a git checkout."""
+    """The ladref checkout's commit ("+ changes" when tracked files differ from it); None outside a git checkout.
+
+    Results under ``benchmarks/results/`` are not code: the results an earlier benchmark of the same
+    ``benchmarks/current.py run`` wrote there do not make a later one's commit unclean.
+    """
     folder = Path(__file__).resolve().parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                                ":(top,exclude)benchmarks/results"], cwd=folder, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0:
