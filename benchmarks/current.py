@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's ladref (the demo's stamp, the probe), not another one installed
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH = [sys.executable, "-m", "ladref", "bench", "--no-progress"]
 
