@@ -30,11 +30,11 @@ def load_bench_model(path: str | None, device: str | None, dtype: torch.dtype | 
             tokenizer files, a model that is not a causal LM or that ladref cannot decode, a device
             that is not available or a dtype it cannot compute in.
     """
-    from ..models import hidden_progress_bars, load_default_model
+    from ..models import default_device, hidden_progress_bars, load_default_model
     from ..runner import check_model
 
     if path is None:
-        where = bench_device(device)
+        where = default_device(device)
         dtype = dtype or (torch.float16 if where.type == "cuda" else torch.float32)
         check_dtype(dtype, where)
         model, tokenizer = load_default_model(where, dtype)
@@ -46,7 +46,7 @@ def load_bench_model(path: str | None, device: str | None, dtype: torch.dtype | 
     if not any((folder / name).exists() for name in TOKENIZER_FILES):
         raise ValueError(f"model folder {str(folder)!r} holds no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); "
                          "save the tokenizer there too (tokenizer.save_pretrained)")
-    where = bench_device(device)
+    where = default_device(device)
     dtype = dtype or (torch.float16 if where.type == "cuda" else torch.float32)
     check_dtype(dtype, where)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -101,23 +101,6 @@ def _check_causal(folder: Path, model_type: str | None, config) -> None:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or getattr(config, "is_encoder_decoder", False):
         raise ValueError(f"{str(folder)!r} holds a {model_type!r} model, which is not a causal LM "
                          "(AutoModelForCausalLM cannot load it); ladref decodes decoder-only causal LMs")
-
-
-def bench_device(device: str | None) -> torch.device:
-    """`device` as a torch device (default CUDA when available, else the CPU), or a ValueError.
-
-    Raises:
-        ValueError: an unknown device string, or CUDA asked for where torch has none.
-    """
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        where = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:<index>'") from err
-    if where.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device} requested but torch.cuda.is_available() is False")
-    return where
 
 
 def check_dtype(dtype: torch.dtype, device: torch.device) -> None:

@@ -87,10 +87,15 @@ class Sample:
         return self.cpu_s / (self.wall_s * threads) if self.wall_s > 0 else 1.0
 
 
+def load_average() -> float:
+    """The machine's 1-minute load average."""
+    return os.getloadavg()[0]
+
+
 def timed(call: Callable[[], object], *, clock: Clock = time.perf_counter, cpu_clock: Clock = time.process_time,
-          load: Callable[[], float] | None = None) -> tuple[object, Sample]:
+          load: Callable[[], float] = load_average) -> tuple[object, Sample]:
     """Run `call` once: (its result, its `Sample`, of one step: ``dataclasses.replace(sample, steps=k)`` sets them)."""
-    before = (load or (lambda: os.getloadavg()[0]))()
+    before = load()
     wall, cpu = clock(), cpu_clock()
     result = call()
     return result, Sample(clock() - wall, cpu_clock() - cpu, before)
