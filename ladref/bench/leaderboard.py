@@ -103,11 +103,13 @@ def _mean_rate(rows: Sequence[PromptRecord]) -> float:
     return sum(r.tokens_per_second for r in rows) / len(rows)
 
 
-def _against(rows: Sequence[PromptRecord], base: Sequence[PromptRecord] | None) -> Speedup | None:
-    """`rows` over `base`, prompt for prompt (None without a baseline or a time)."""
-    if not base or any(r.wall_s <= 0 or r.new_tokens == 0 for r in [*rows, *base]):
+def against(rows: Sequence[PromptRecord], base: Sequence[PromptRecord] | None) -> Speedup | None:
+    """`rows` over `base`, prompt for prompt (`ladref.bench.protocol.speedup`); None without a baseline,
+    a prompt the baseline lacks, a time or a token."""
+    by = {r.prompt_id: r for r in base or ()}
+    if not by or any(r.prompt_id not in by for r in rows) or any(
+            r.wall_s <= 0 or r.new_tokens == 0 for r in [*rows, *by.values()]):
         return None
-    by = {r.prompt_id: r for r in base}
     return speedup([(r.new_tokens, r.wall_s) for r in rows], [(by[r.prompt_id].new_tokens, by[r.prompt_id].wall_s) for r in rows])
 
 
@@ -118,7 +120,7 @@ def task_score(rows: Sequence[PromptRecord], greedy: Sequence[PromptRecord],
     return TaskScore(len(rows), tokens, steps, sum(r.wall_s for r in rows), sum(r.match for r in rows),
                      tokens / steps if steps else 0.0, _rate(rows) / base if base > 0 else 0.0,
                      _mean_rate(rows) / base_mean if base_mean > 0 else 0.0,
-                     _against(rows, greedy), _against(rows, generate), sum(r.flagged for r in rows))
+                     against(rows, greedy), against(rows, generate), sum(r.flagged for r in rows))
 
 
 def leaderboard(records: Sequence[PromptRecord],

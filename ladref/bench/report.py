@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .leaderboard import against, leaderboard_from_dicts, leaderboard_markdown
 from .measure import PromptRecord
 from .methods import canonical_label
-from .protocol import speedup
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,9 @@ class MethodSummary:
 
 
 def _versus(rows: Sequence[PromptRecord], base: Sequence[PromptRecord]) -> dict | None:
-    """`rows` over `base` prompt for prompt (`ladref.bench.protocol.speedup`), as a dict; None without a baseline."""
-    by = {r.prompt_id: r for r in base}
-    if not base or any(r.prompt_id not in by or r.wall_s <= 0 or by[r.prompt_id].wall_s <= 0 for r in rows):
-        return None
-    return asdict(speedup([(r.new_tokens, r.wall_s) for r in rows], [(by[r.prompt_id].new_tokens, by[r.prompt_id].wall_s) for r in rows]))
+    """`leaderboard.against` as a dict (None without a baseline)."""
+    found = against(rows, base)
+    return None if found is None else asdict(found)
 
 
 def summarize(records: Sequence[PromptRecord]) -> list[MethodSummary]:
@@ -243,7 +241,6 @@ def render_summary(folder: str | Path, chart: str = "speedups.png") -> str:
     their current names ("math" files as gsm8k).
     """
     from .datasets import DATASET_ALIASES
-    from .leaderboard import leaderboard_from_dicts, leaderboard_markdown
 
     folder = Path(folder)
     tables, lines, setup, boards = {}, [], [], []
