@@ -15,10 +15,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .protocol import Protocol
+
 MAX_LOAD = 0.8
 """A 1-minute load average above this before a run: something else has been running (one busy core gives 1.0)."""
-MIN_SHARE = 0.8
-"""The probe's CPU share below this: its threads waited for a core (`ladref.bench.protocol.Protocol.min_share`)."""
+MIN_SHARE = Protocol().min_share
+"""The probe's CPU share below this: its threads waited for a core (the protocol's own bound for a round)."""
 MAX_SPREAD = 1.5
 """The probe's step times, upper quartile over lower, above this: unsteady (the demo's bound)."""
 
