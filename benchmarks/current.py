@@ -48,7 +48,7 @@ STAGES: dict[str, tuple[int, list[str]]] = {
     "load": (3, ["--dataset", "specbench", "--limit", "2", "--batch", "1,4,12", "--method", "greedy,adaptive",
                  "--max-new-tokens", "64", "--lookup-tokens", "4", "--threads", "2"]),
     "multi": (3, ["--multi-request", "humaneval", "--limit", "6", "--max-new-tokens", "96", "--threads", "2"]),
-    "cost": (4, ["--cost", "--threads", "2", "--repeats", "5", "--kv-lengths", "128,1024"]),
+    "cost": (6, ["--cost", "--threads", "2", "--repeats", "3", "--kv-lengths", "128,1024"]),
     "compiled": (18, ["--dataset", "specbench", "--limit", "2", "--max-new-tokens", "64", "--threads", "2",
                       "--method", "generate,generate_compiled,compiled_greedy,compiled_adaptive"]),
 }

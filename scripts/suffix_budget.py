@@ -21,7 +21,8 @@ import time
 import torch
 
 from ladref import load_default_model
-from ladref.bench.multi import MultiRow, TimedSuffix, conversations, run_multi, summarize_multi
+from ladref.bench.multi import MultiRow, TimedSuffix, conversations, run_multi
+from ladref.bench.multi_report import summarize_multi
 from ladref.greedy import greedy_decode
 from ladref.sources.recycling import RecyclingProposer, recycling_decode
 from ladref.sources.suffix import suffix_decode

@@ -84,7 +84,7 @@ def test_speed_and_cost_tables_are_narrow(bench_records):
     assert f"| lookahead 3/3/3 | {look.compression:.2f} | {look.tokens_per_second:.1f} | {cell} |" in speed
     assert "| greedy | 1.00 |" in speed and "| reference | 0 |" in speed  # greedy is not counted against itself
     assert speed.endswith("| 2/2 | 0 |") and len(speed.splitlines()) == 2 + len(summaries)
-    assert cost.splitlines()[0] == "| method | steps | ms/step | GFLOP/step | FLOPs ratio | peak mem (MiB) |"
+    assert cost.splitlines()[0] == "| method | steps | ms/step | GFLOP/step | FLOPs ratio | peak mem (MiB) | added by a call (MiB) |"
     assert all(line.count("|") <= 8 for line in (speed + "\n" + cost).splitlines())  # at most 7 columns each
     assert markdown_tables(summaries) == f"Speed:\n\n{speed}\n\nCost:\n\n{cost}"
     labelled = cost_table(summaries, ["tiny"] * len(summaries)).splitlines()
@@ -502,8 +502,8 @@ class _ChatTokenizer:
 
 
 def test_multi_request_rows_keep_their_memories_across_requests_and_match_greedy(tmp_path):
-    from ladref.bench.multi import (MULTI_METHODS, Conversation, canonical_multi_method, conversations, multi_markdown, multi_rows,
-                                    plot_multi, run_multi, summarize_multi)
+    from ladref.bench.multi import MULTI_METHODS, Conversation, canonical_multi_method, conversations, multi_rows, run_multi
+    from ladref.bench.multi_report import multi_markdown, plot_multi, summarize_multi
     from ladref.fast.cost import CostModel
 
     model = tiny_model("llama", 8, 1)
@@ -513,6 +513,9 @@ def test_multi_request_rows_keep_their_memories_across_requests_and_match_greedy
     assert [(r.index, r.method) for r in records] == [(i, m) for i in range(5) for m in MULTI_METHODS]
     assert [r.request_id for r in records[:: len(MULTI_METHODS)]] == ["a/1", "a/2", "b/1", "c/1", "c/2"]
     assert all(r.match and r.new_tokens == 12 for r in records)
+    assert all(len(r.rounds_s) >= 2 and len(r.cpu_shares) == len(r.rounds_s) for r in records)  # the protocol's rounds, kept
+    # every round of a learning row starts from its state before the request: the first request teaches 12 tokens, not 12 a round
+    assert all(r.memory_tokens == 12 for r in records[: len(MULTI_METHODS)] if r.method in ("suffix_memory", "prompt_lookup_memory"))
     turn_2 = [r for r in records if r.request_id == "a/2"][0]  # the second turn's prompt holds the first turn and its answer
     assert turn_2.prompt_tokens == len("abcabd") + 12 + len("bcd")
     by = {(r.index, r.method): r for r in records}
@@ -538,7 +541,7 @@ def test_multi_request_rows_keep_their_memories_across_requests_and_match_greedy
 
 def test_multi_request_command_saves_its_tables_and_figure_and_names_bad_input_first(tmp_path):
     from ladref.bench.cli import main
-    from ladref.bench.multi import run_multi_command
+    from ladref.bench.multi_report import run_multi_command
 
     args = argparse.Namespace(multi_request="mtbench", limit=1, skip=0, config=[LookaheadConfig(3, 3, 3)], window=4, ngram=4,
                               candidates=None, lookup_tokens=3, memory_tokens=64, attention_backend="auto", max_new_tokens=8,
@@ -580,3 +583,33 @@ def test_transformers_compiled_greedy_is_a_row_and_equals_greedy():
     summaries = {s.method: s for s in summarize(records)}
     assert all(r.match for r in records) and summaries["generate"].vs_generate_compiled is not None
     assert "vs compiled generate() [95% CI]" in speed_table(list(summaries.values()))
+
+
+def test_a_request_that_never_settles_is_flagged_and_its_learning_rows_restart_each_round():
+    from ladref.bench.multi import Conversation, multi_rows, run_multi
+    from ladref.bench.multi_report import multi_markdown, summarize_multi
+    from ladref.bench.protocol import Protocol
+
+    model = tiny_model("llama", 8, 1)
+    rows = multi_rows(model, ("greedy", "suffix_memory"), LookaheadConfig(3, 3, 3), lookup_tokens=3, memory_tokens=100)
+    # negative control: a CPU share no call reaches disturbs every round, so each request runs the most rounds and is flagged
+    records = run_multi(_ChatTokenizer(), [Conversation("a", ("abcabd", "bcd"))], rows, 10, protocol=Protocol(max_rounds=3, min_share=5.0))
+    assert all(r.flagged and len(r.rounds_s) == 3 and all(r.disturbed) and r.match for r in records)
+    assert [r.memory_tokens for r in records if r.method == "suffix_memory"] == [10, 20]  # three rounds each, one request learned
+    summary = summarize_multi(records, later=1)
+    assert [(s["rounds"], s["flagged"]) for s in summary] == [(6, 2), (6, 2)]
+    assert multi_markdown(summary, records).splitlines()[2].endswith("| 6 | 2 |")
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="the resident high-water mark is reset through Linux's /proc")
+def test_a_calls_added_memory_is_its_peak_less_what_the_process_held_before_it():
+    from ladref.bench.memory import peak_mib, reset_peak
+
+    cpu = torch.device("cpu")
+    held = reset_peak(cpu)
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    peak = peak_mib(cpu)
+    del block
+    assert held > 0 and peak - held >= 60  # the call's own 64 MiB, not the process's whole resident set
+    held = reset_peak(cpu)
+    assert peak_mib(cpu) - held < 60  # reset: the freed block no longer counts

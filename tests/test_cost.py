@@ -190,3 +190,23 @@ def test_the_bench_command_prints_and_plots_a_curve(tmp_path):
     assert lines.count("| q | t(q) ms | t(q)/t(1) | q/t(q) tok/s |") == 2
     path = plot_cost(cost, tmp_path / "figs" / "cost.png", "a made-up curve")
     assert path.is_file() and path.stat().st_size > 1000
+
+
+def test_a_curve_is_measured_in_protocol_rounds_and_one_that_never_settles_is_flagged():
+    from ladref.bench.cost import cost_protocol, curve_rounds
+    from ladref.bench.protocol import Protocol
+    from ladref.fast.surface import CostSurface
+
+    model = tiny_model("llama", 16, 0)
+    measured = []
+
+    def measure():
+        measured.append(CostModel.measure(model, (1, 2), (4, 8), repeats=2))
+        return measured[-1]
+
+    curve, record = curve_rounds(measure, cost_protocol(threads=1))
+    assert curve in measured and len(record["rounds_s"]) == len(measured) >= 2 and record["worst_cell_spread"] >= 1.0
+    assert len(record["cpu_shares"]) == len(record["loads"]) == len(record["disturbed"]) == len(measured)
+    # negative control: a CPU share no measurement reaches disturbs every round: the most rounds, flagged
+    surface, busy = curve_rounds(lambda: CostSurface.measure(model, (1, 2), (1, 2), (4,), repeats=1), Protocol(max_rounds=3, min_share=5.0))
+    assert busy["flagged"] and busy["disturbed"] == [True] * 3 and surface.batches == (1, 2)

@@ -116,3 +116,16 @@ def test_the_prompts_are_repetitive_and_nested():
     for p in prompts:
         period = next(n for n in range(5, 9) if p[n:] == p[:-n])
         assert all(0 <= t < 512 for t in p) and 5 <= period <= 8
+
+
+def test_host_calls_are_timed_in_protocol_rounds_and_a_call_that_never_settles_is_flagged():
+    from ladref.bench.host import measure_host_overhead
+    from ladref.bench.host_meter import tiny_llama
+    from ladref.bench.protocol import Protocol
+
+    model = tiny_llama()
+    quiet = measure_host_overhead(model, (1,), ("greedy",), 6, rounds=2)
+    assert quiet[0].rounds >= 4 and quiet[0].flagged <= 2  # two calls (long, short), two rounds each at least
+    # negative control: a CPU share no call reaches disturbs every round: the most rounds, both calls flagged
+    busy = measure_host_overhead(model, (1,), ("greedy",), 6, protocol=Protocol(max_rounds=3, min_share=5.0))
+    assert (busy[0].rounds, busy[0].disturbed, busy[0].flagged) == (6, 6, 2) and busy[0].match

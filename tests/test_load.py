@@ -77,3 +77,22 @@ def test_the_load_benchmark_checks_every_row_and_prices_what_it_measured(tmp_pat
 def test_unknown_methods_are_named():
     with pytest.raises(ValueError, match="unknown method 'beam' for --batch; choose from greedy, generate"):
         canonical_load_method("beam")
+
+
+def test_every_batch_is_timed_in_protocol_rounds_and_a_batch_that_never_settles_is_flagged():
+    from ladref.bench.load_report import load_markdown as table
+    from ladref.bench.protocol import Protocol
+
+    model, prompts = tiny_model("llama", 16, 0), [BATCH[i] for i in range(4)]
+    quiet = LoadSettings(batches=(2,), methods=("greedy", "prompt_lookup"), max_new_tokens=8, lookup_tokens=3)
+    for r in run_load(model, prompts, quiet, GPU_LIKE, eos=[]):
+        assert len(r.batches) == 2 and r.rounds == sum(len(b["rounds_s"]) for b in r.batches) >= 4
+        assert all(len(b["rounds_s"]) == len(b["cpu_shares"]) == len(b["loads"]) == len(b["disturbed"]) for b in r.batches)
+        assert r.seconds <= sum(max(b["rounds_s"]) for b in r.batches) + 1e-3  # the figure is a round, per batch
+    # negative control: a CPU share no call can reach marks every round disturbed, so every batch is
+    # measured the most rounds allowed and flagged, and the table counts the flags
+    busy = LoadSettings(batches=(2,), methods=("greedy", "prompt_lookup"), max_new_tokens=8, lookup_tokens=3,
+                        protocol=Protocol(max_rounds=3, min_share=5.0))
+    rows = run_load(model, prompts, busy, GPU_LIKE, eos=[])
+    assert all(r.flagged == 2 and r.rounds == 6 and r.disturbed == 6 for r in rows)
+    assert "| 2 | prompt_lookup |" in table(rows, {}, {}) and table(rows, {}, {}).splitlines()[2].endswith("| 6 | 2 |")

@@ -46,8 +46,9 @@ from .leaderboard import REFERENCE_SOURCE, leaderboard, leaderboard_dicts, leade
 from .load import LOAD_METHODS, canonical_load_method
 from .measure import BenchSettings, run_bench
 from .methods import HF_LOOKUP_NGRAM, METHOD_ALIASES, METHODS, canonical_method, config_label
-from .multi import MULTI_METHODS, canonical_multi_method, run_multi_command
-from .multi import add_arguments as add_multi_arguments
+from .multi import MULTI_METHODS, canonical_multi_method
+from .multi_report import run_multi_command
+from .multi_report import add_arguments as add_multi_arguments
 from .report import agreement_lines, markdown_tables, save_results, summarize
 from .runinfo import default_out, run_meta
 

@@ -3,18 +3,62 @@
     python -m ladref bench --cost --threads 2 --kv-lengths 128,512,1024 --figure docs/img/cost_curve_cpu.png
     python -m ladref bench --cost --batch 1,2,4,8,16 --threads 2 --kv-lengths 128,512   # the surface t(q, kv, B)
 
-The measuring and the model live in the core (`ladref.fast.cost`); this module parses, prints and draws.
+The measuring and the model live in the core (`ladref.fast.cost`); this module parses, prints and draws,
+and measures the whole curve in the rounds of the measurement protocol (`curve_rounds`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
+
+import torch
 
 from ..fast.cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
 from ..fast.surface import BATCH_WIDTHS, CostSurface
 from .figures import log2_axis, panels, save
+from .protocol import Protocol, disturbed, figure, rounds, settled, timed
+
+Curve = TypeVar("Curve", CostModel, CostSurface)
+
+
+def curve_rounds(measure: Callable[[], Curve], protocol: Protocol) -> tuple[Curve, dict]:
+    """Measure a whole curve in protocol rounds (`ladref.bench.protocol`): a round is one measurement,
+    compared with the others by its wall time; the curve kept is the median undisturbed round's.
+
+    Returns:
+        The curve, and its record: every round's wall seconds, CPU share, load average and whether it
+        was disturbed, whether it never settled (flagged), and the spread of each cell over the rounds
+        (the largest time over the smallest, the worst cell).
+    """
+    curves: list[Curve] = []
+
+    def one(_: str) -> object:
+        curve, sample = timed(measure)
+        curves.append(curve)
+        return sample
+
+    samples = rounds(["curve"], one, protocol)["curve"]
+    spread = max(max(ts) / min(ts) for ts in zip(*(_cells(curve) for curve in curves)))
+    record = {"rounds_s": [round(s.wall_s, 2) for s in samples], "cpu_shares": [round(s.share(protocol.threads), 3) for s in samples],
+              "loads": [round(s.load, 2) for s in samples], "disturbed": disturbed(samples, protocol),
+              "flagged": not settled(samples, protocol), "worst_cell_spread": round(spread, 3)}
+    return curves[samples.index(figure(samples, protocol))], record
+
+
+def _cells(curve: CostModel | CostSurface) -> list[float]:
+    """Every time of a curve (of each batch size's curve, for a surface), in one order."""
+    models = curve.models if isinstance(curve, CostSurface) else [curve]
+    return [t for model in models for row in model.seconds for t in row]
+
+
+def cost_protocol(threads: int | None = None) -> Protocol:
+    """The protocol of a curve's rounds: this process's torch threads (`threads`: another count)."""
+    return replace(Protocol(), threads=torch.get_num_threads() if threads is None else threads)
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -78,14 +122,15 @@ def run_cost(model, args: argparse.Namespace, meta: dict) -> int:
         bar.total = total
         bar.update(done - bar.n)
 
-    cost = CostModel.measure(model, widths, args.kv_lengths, args.repeats, attention_backend=args.attention_backend,
-                             progress=show)
+    cost, record = curve_rounds(lambda: CostModel.measure(model, widths, args.kv_lengths, args.repeats,
+                                                          attention_backend=args.attention_backend, progress=show), cost_protocol())
     bar.close()
-    print(f"\nstep cost t(q, kv), median of {args.repeats} passes: {cost.label}\n")
+    print(f"\nstep cost t(q, kv), median of {args.repeats} passes, the median of {len(record['rounds_s'])} measurements "
+          f"({_said(record)}): {cost.label}\n")
     print("\n".join(cost_lines(cost)))
     device = model.device.type
     meta = {key: value for key, value in meta.items() if key != "autotune"}
-    out = cost.save(Path(args.out) / f"cost_{device}.json", meta=dict(meta, repeats=args.repeats))
+    out = cost.save(Path(args.out) / f"cost_{device}.json", meta=dict(meta, repeats=args.repeats, protocol=record))
     figure = plot_cost(cost, args.figure or Path(args.out) / f"cost_{device}.png",
                        f"Step cost of SmolLM2-135M-Instruct ({meta['dtype']}), {device.upper()}: {meta['machine']}")
     print(f"saved {out} and {figure}")
@@ -120,17 +165,25 @@ def run_cost_surface(model, args: argparse.Namespace, meta: dict) -> int:
     from tqdm import tqdm
 
     bar = tqdm(desc="cost t(q, kv, B)", unit="pass", file=sys.stderr, disable=args.no_progress)
-    surface = CostSurface.measure(model, args.batch, args.widths or BATCH_WIDTHS, args.kv_lengths, args.repeats,
-                                  args.attention_backend, progress=lambda done, total: bar.update(1))
+    surface, record = curve_rounds(lambda: CostSurface.measure(model, args.batch, args.widths or BATCH_WIDTHS, args.kv_lengths,
+                                                               args.repeats, args.attention_backend,
+                                                               progress=lambda done, total: bar.update(1)), cost_protocol())
     bar.close()
-    print(f"\nstep cost t(q, kv, B), median of {args.repeats} batched passes: {surface.label}\n")
+    print(f"\nstep cost t(q, kv, B), median of {args.repeats} batched passes, the median of {len(record['rounds_s'])} "
+          f"measurements ({_said(record)}): {surface.label}\n")
     for kv in surface.kv_lengths:
         print("\n".join(surface_lines(surface, kv)))
     device = model.device.type
     meta = {key: value for key, value in meta.items() if key != "autotune"}
-    out = surface.save(Path(args.out) / f"cost_surface_{device}.json", meta=dict(meta, repeats=args.repeats))
+    out = surface.save(Path(args.out) / f"cost_surface_{device}.json", meta=dict(meta, repeats=args.repeats, protocol=record))
     figure = plot_surface(surface, surface.kv_lengths[0], args.figure or Path(args.out) / f"cost_surface_{device}.png",
                           f"Batched step cost of SmolLM2-135M-Instruct ({meta['dtype']}), {device.upper()}, "
                           f"KV length {surface.kv_lengths[0]}: {meta['machine']}")
     print(f"saved {out} and {figure}")
     return 0
+
+
+def _said(record: dict) -> str:
+    """A curve's rounds in words: flagged or not, and its worst cell's spread."""
+    state = "FLAGGED: the rounds never agreed" if record["flagged"] else "settled"
+    return f"{state}; worst cell's spread over the rounds {record['worst_cell_spread']:.2f}x"

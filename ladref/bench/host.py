@@ -19,7 +19,9 @@ wall time less the time inside the model's forward (timed by hooks on the model)
 ``record_function`` range opened and closed by the same hooks); and the host's reads of device
 values (`ladref.bench.host_meter.READ_OPS`, which sync on CUDA, plus ``tolist()`` / ``numpy()`` calls counted by a
 ``sys.setprofile`` hook; ``item()`` counts through its ``aten::_local_scalar_dense``). Times are
-medians over rounds with the decoders in turns; ops and reads come from separate profiled runs.
+the figures of the measurement protocol's rounds (`ladref.bench.protocol`: the calls in turns, each
+at least ``--rounds`` times, a disturbed call measured again, one that never settles flagged); ops
+and reads come from separate profiled runs.
 Everything outside the model's forward is host work here, ladref's own output head included: on a
 CPU a pass of 2-256 rows computes it as ``W @ h^T`` after the model's forward
 (`ladref.runner.forward_logits`), which on a GPU would be device work; and a copy to the host
@@ -30,16 +32,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .host_meter import ADAPTIVE_SURFACE, HOST_CALLS, host_decoders, profiled, repetitive_prompts, timed, tiny_llama
 from .methods import one_of
+from .protocol import Protocol, Sample, disturbed, figure, rounds, settled
+from .protocol import timed as clocked
 
 HOST_METHODS = ("greedy", "prompt_lookup", "lookahead", "recycling", "adaptive", "jacobi", "generate")
 DRAFTING = ("prompt_lookup", "lookahead", "recycling", "adaptive", "jacobi")
@@ -63,6 +66,8 @@ class HostPoint:
         ops_per_pass, host_ops_per_pass: top-level aten ops, all and outside the model's forward.
         reads_per_pass: host reads (scalar + sync + tolist + numpy); reads: per kind, and ``item`` calls.
         match: every row's tokens equal greedy's (ladref's batched greedy), at the long call.
+        rounds: timed calls (long and short); disturbed: those the protocol judged disturbed;
+        flagged: the calls (of the two) that never settled.
     """
 
     method: str
@@ -77,6 +82,9 @@ class HostPoint:
     reads_per_pass: float
     reads: dict[str, float]
     match: bool
+    rounds: int = 0
+    disturbed: int = 0
+    flagged: int = 0
 
 
 def _tokens(result: object) -> list[list[int]]:
@@ -85,8 +93,10 @@ def _tokens(result: object) -> list[list[int]]:
 
 def measure_host_overhead(model: torch.nn.Module, batches: Sequence[int] = HOST_BATCHES, methods: Sequence[str] = HOST_METHODS,
                           max_new_tokens: int = HOST_TOKENS, rounds: int = 3,
-                          progress: Callable[[str], None] | None = None) -> list[HostPoint]:
-    """Profile each (B, method) once, then time them in `rounds` rounds, methods in turns; one `HostPoint` each.
+                          progress: Callable[[str], None] | None = None, protocol: Protocol | None = None) -> list[HostPoint]:
+    """Profile each (B, method) once, then time them in protocol rounds (at least `rounds`), methods in
+    turns; one `HostPoint` each. `protocol`: the rules (default `Protocol` with ``min_rounds=rounds``
+    and this process's torch threads).
 
     Raises:
         ValueError: an unknown method, a batch below 1, ``max_new_tokens <= SHORT_TOKENS`` or rounds below 1.
@@ -104,11 +114,9 @@ def measure_host_overhead(model: torch.nn.Module, batches: Sequence[int] = HOST_
         note(f"profiling {m} B={b} {n} tokens")
         counts[b, m, n], result = profiled(model, call)
         outputs[b, m, n] = _tokens(result)
-    times: dict[tuple, list[tuple[float, float, int]]] = {key: [] for key in calls}
-    for r in range(rounds):  # 2. timed runs, every method in turn each round
-        note(f"timing round {r + 1}/{rounds}")
-        for key, call in calls.items():
-            times[key].append(timed(model, call))
+    if protocol is None:
+        protocol = Protocol(min_rounds=rounds, max_rounds=max(rounds, Protocol().max_rounds), threads=torch.get_num_threads())
+    samples, clocks = _timed_rounds(model, calls, protocol, note)
     points = []
     for b in batches:  # 3. per pass: long call less short call
         greedy = outputs.get((b, "greedy", max_new_tokens))
@@ -118,14 +126,29 @@ def measure_host_overhead(model: torch.nn.Module, batches: Sequence[int] = HOST_
             long, short = counts[b, m, max_new_tokens], counts[b, m, SHORT_TOKENS]
             passes = long["passes"] - short["passes"]
             per = {k: (long[k] - short[k]) / passes for k in ("ops", "host_ops", "scalar", "sync", *HOST_CALLS)}
-            rounds_ms = [(1e3 * (lw - sw) / (lp - sp), 1e3 * ((lw - lf) - (sw - sf)) / (lp - sp))
-                         for (lw, lf, lp), (sw, sf, sp) in zip(times[b, m, max_new_tokens], times[b, m, SHORT_TOKENS])]
-            wall, host = (statistics.median(r[i] for r in rounds_ms) for i in (0, 1))
+            keys = [(b, m, max_new_tokens), (b, m, SHORT_TOKENS)]
+            (lw, lf, lp), (sw, sf, sp) = (clocks[k][samples[k].index(figure(samples[k], protocol))] for k in keys)
+            wall, host = 1e3 * (lw - sw) / (lp - sp), 1e3 * ((lw - lf) - (sw - sf)) / (lp - sp)
+            counted = [(len(samples[k]), sum(disturbed(samples[k], protocol)), not settled(samples[k], protocol)) for k in keys]
             reads = per["scalar"] + per["sync"] + per["tolist"] + per["numpy"]
             points.append(HostPoint(m, b, passes, b * (max_new_tokens - SHORT_TOKENS) / passes, wall, wall - host, host,
                                     per["ops"], per["host_ops"], reads, {k: per[k] for k in ("scalar", "sync", *HOST_CALLS)},
-                                    outputs[b, m, max_new_tokens] == greedy))
+                                    outputs[b, m, max_new_tokens] == greedy, *(sum(c[i] for c in counted) for i in range(3))))
     return points
+
+
+def _timed_rounds(model: torch.nn.Module, calls: dict[tuple, Callable], protocol: Protocol,
+                  note: Callable[[str], None]) -> tuple[dict[tuple, list[Sample]], dict[tuple, list[tuple[float, float, int]]]]:
+    """Every call in protocol rounds, in turns: its samples, and each sample's (wall s, forward s, passes)."""
+    clocks: dict[tuple, list[tuple[float, float, int]]] = {key: [] for key in calls}
+
+    def measure(key: tuple) -> Sample:
+        measured, sample = clocked(lambda: timed(model, calls[key]))
+        clocks[key].append(measured)
+        return replace(sample, steps=max(1, measured[2]))
+
+    note(f"timing {len(calls)} calls in protocol rounds")
+    return rounds(list(calls), measure, protocol), clocks
 
 
 def host_ratios(points: Sequence[HostPoint]) -> dict:
@@ -164,13 +187,14 @@ def host_markdown(points: Sequence[HostPoint], ratios: dict, meta: dict) -> str:
     """The per-pass table (method x B), the ratios table, and the notes, as markdown."""
     s = meta["settings"]
     lines = [f"Host work per forward pass: tiny float32 Llama ({s['model']}), {meta['machine']}; {meta['git_commit']}; "
-             f"{s['max_new_tokens']} less {SHORT_TOKENS} new tokens a row, times the median of {s['rounds']} rounds", "",
-             "| method | B | passes | tokens/pass | ms/pass | host ms/pass | host % | ops/pass | host ops/pass | reads/pass | = greedy |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"{s['max_new_tokens']} less {SHORT_TOKENS} new tokens a row, times the median undisturbed round of at least "
+             f"{s['rounds']} (the measurement protocol)", "",
+             "| method | B | passes | tokens/pass | ms/pass | host ms/pass | host % | ops/pass | host ops/pass | reads/pass | = greedy | "
+             "rounds | flagged |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for p in sorted(points, key=lambda p: (HOST_METHODS.index(p.method), p.batch)):
         lines.append(f"| {p.method} | {p.batch} | {p.passes} | {p.tokens_per_pass:.1f} | {p.ms_per_pass:.2f} | "
                      f"{p.host_ms_per_pass:.2f} | {100 * p.host_ms_per_pass / p.ms_per_pass:.0f} | {p.ops_per_pass:.0f} | "
-                     f"{p.host_ops_per_pass:.0f} | {p.reads_per_pass:.1f} | {'yes' if p.match else 'NO'} |")
+                     f"{p.host_ops_per_pass:.0f} | {p.reads_per_pass:.1f} | {'yes' if p.match else 'NO'} | {p.rounds} | {p.flagged} |")
     low, high = ratios["low_batch"], ratios["high_batch"]
     lines += ["", f"| method | host B={high} / B={low} | ops B={high} / B={low} | host ops B={high} / B={low} | "
               f"max reads/pass | host / batched greedy's, B={high} |", "|---|---:|---:|---:|---:|---:|"]
@@ -189,7 +213,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--host-overhead", action="store_true", help="measure each decoder's host work per forward pass on a tiny "
         f"random model instead (ladref.bench.host): --batch (default {','.join(map(str, HOST_BATCHES))}), --max-new-tokens "
         f"(default {HOST_TOKENS}), --method from {', '.join(HOST_METHODS)} (default all), --threads (default 1)")
-    add("--rounds", type=int, default=3, help="--host-overhead: timed rounds, decoders in turns, the median kept (default 3)")
+    add("--rounds", type=int, default=3, help="--host-overhead: timed rounds at least, decoders in turns, more where the "
+        "measurement protocol asks (ladref.bench.protocol; default 3)")
 
 
 def run_host_command(args: argparse.Namespace) -> int:

@@ -1,7 +1,9 @@
 """``python -m ladref bench --dataset specbench --batch 1,2,4,8,16``: speculation under load.
 
 For each batch size B the prompts are decoded B at a time by every method, interleaved batch by
-batch (CPU timings drift: each method meets the same conditions). Throughput is the new tokens
+batch in the rounds of the measurement protocol (`ladref.bench.protocol`: each batch timed at least
+twice, the methods' order rotated, a disturbed round measured again and a batch that never settles
+flagged; each batch's figure is its median round, and every round is kept). Throughput is the new tokens
 of all rows over the seconds of all batches; a request's latency is its row's own wall time
 (ladref's rows finish when they finish; transformers' ``generate`` returns every row at once).
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
@@ -33,7 +35,9 @@ from ..results import DecodeResult, DecodeStats
 from ..sources.lookahead import lookahead_decode
 from ..sources.prompt_lookup import prompt_lookup_decode
 from .engines import chain_decode, threshold_decode
+from .measure import device_protocol
 from .methods import one_of
+from .protocol import Protocol, Sample, disturbed, figure, rounds, settled, timed
 
 LOAD_METHODS = ("greedy", "generate", "lookahead", "prompt_lookup", "prompt_lookup_rule", "threshold", "chain", "adaptive")
 BatchDecoder = Callable[[torch.nn.Module, list, int], list[DecodeResult]]
@@ -54,6 +58,7 @@ class LoadSettings:
     config: LookaheadConfig = LookaheadConfig(4, 4, 4)
     lookup_tokens: int = 4
     threshold: int = 4
+    protocol: Protocol = Protocol()
 
     def __post_init__(self) -> None:
         if not self.methods or self.methods[0] != "greedy":
@@ -62,7 +67,12 @@ class LoadSettings:
 
 @dataclass
 class LoadRow:
-    """One method at one batch size, over every prompt."""
+    """One method at one batch size, over every prompt.
+
+    `seconds` sums each batch's figure (its median undisturbed round); `rounds` counts the timed
+    calls, `disturbed` those the protocol judged disturbed, `flagged` the batches that never
+    settled; `batches` keeps every round of every batch (wall seconds, CPU shares, load averages).
+    """
 
     batch: int
     method: str
@@ -76,6 +86,10 @@ class LoadRow:
     rows_equal_batched_greedy: int
     rows_apart_from_batch_1: list[dict]
     speedup: float = 0.0
+    rounds: int = 0
+    disturbed: int = 0
+    flagged: int = 0
+    batches: list[dict] = field(default_factory=list)
 
 
 def load_decoders(settings: LoadSettings, surface: CostSurface, eos: list[int]) -> dict[str, BatchDecoder]:
@@ -143,6 +157,28 @@ def first_gap(model: torch.nn.Module, prompt: torch.Tensor, ours: list[int], the
     return {"at": at, "logit_gap": float(abs(logits[ours[at]] - logits[theirs[at]]))}
 
 
+def _timed_batch(model: torch.nn.Module, decoders: dict[str, BatchDecoder], chunk: list, max_new_tokens: int,
+                 protocol: Protocol, shift: int) -> dict[str, tuple[list[DecodeResult], list[Sample]]]:
+    """Every method on one batch in protocol rounds: the results of its figure's round and its samples.
+    A batch steps in lockstep, so a round's steps (what rounds are compared by) are its longest row's."""
+    results: dict[str, list[list[DecodeResult]]] = {name: [] for name in decoders}
+
+    def measure(name: str) -> Sample:
+        done, sample = timed(lambda: decoders[name](model, chunk, max_new_tokens))
+        results[name].append(done)
+        return replace(sample, steps=max(1, max(r.stats.steps for r in done)))
+
+    samples = rounds(list(decoders), measure, protocol, shift=shift)
+    return {name: (results[name][samples[name].index(figure(samples[name], protocol))], samples[name]) for name in decoders}
+
+
+def _batch_record(samples: Sequence[Sample], protocol: Protocol) -> dict:
+    """One batch's rounds as a row keeps them."""
+    return {"rounds_s": [round(s.wall_s, 4) for s in samples], "cpu_shares": [round(s.share(protocol.threads), 3) for s in samples],
+            "loads": [round(s.load, 2) for s in samples], "disturbed": disturbed(samples, protocol),
+            "flagged": not settled(samples, protocol)}
+
+
 def run_load(model: torch.nn.Module, prompts: Sequence[torch.Tensor], settings: LoadSettings, surface: CostSurface,
              eos: list[int], on_batch: Callable[[int, str], None] | None = None,
              on_size: Callable[[list[LoadRow]], None] | None = None) -> list[LoadRow]:
@@ -153,24 +189,24 @@ def run_load(model: torch.nn.Module, prompts: Sequence[torch.Tensor], settings: 
         on_size: called with the rows so far after every batch size (to save a long run as it goes).
     """
     decoders = load_decoders(settings, surface, eos)
+    protocol = device_protocol(settings.protocol, next(model.parameters()).device)
     decoders["greedy"](model, [prompts[0]], 2)  # warm-up
     alone, out = None, []
     if settings.batches[0] != 1:  # batch-1 greedy, the reference of every row (else: the first batch size's greedy rows)
         alone = [decoders["greedy"](model, [p], settings.max_new_tokens)[0].token_ids for p in prompts]
     for b in settings.batches:
-        seconds = dict.fromkeys(decoders, 0.0)
         results: dict[str, list[DecodeResult]] = {name: [] for name in decoders}
+        kept: dict[str, list[list[Sample]]] = {name: [] for name in decoders}
         for start in range(0, len(prompts), b):
             chunk = list(prompts[start:start + b])
-            for name, decode in decoders.items():
-                began = time.perf_counter()
-                results[name] += decode(model, chunk, settings.max_new_tokens)
-                seconds[name] += time.perf_counter() - began
+            for name, (done, samples) in _timed_batch(model, decoders, chunk, settings.max_new_tokens, protocol, start // b).items():
+                results[name] += done
+                kept[name].append(samples)
             if on_batch is not None:
                 on_batch(b, f"{start + len(chunk)}/{len(prompts)}")
         greedy = [r.token_ids for r in results["greedy"]]
         alone = alone or greedy
-        rows = [_row(model, prompts, b, name, results[name], seconds[name], greedy, alone) for name in decoders]
+        rows = [_row(model, prompts, b, name, results[name], kept[name], greedy, alone, protocol) for name in decoders]
         for row in rows:
             row.speedup = round(row.tokens_per_s / rows[0].tokens_per_s, 3)  # rows[0]: batched greedy
         out += rows
@@ -179,15 +215,18 @@ def run_load(model: torch.nn.Module, prompts: Sequence[torch.Tensor], settings: 
     return out
 
 
-def _row(model, prompts, batch: int, name: str, results: list[DecodeResult], seconds: float, greedy: list, alone: list) -> LoadRow:
-    tokens = sum(len(r.token_ids) for r in results)
+def _row(model, prompts, batch: int, name: str, results: list[DecodeResult], kept: list[list[Sample]], greedy: list, alone: list,
+         protocol: Protocol) -> LoadRow:
+    seconds, tokens = sum(figure(samples, protocol).wall_s for samples in kept), sum(len(r.token_ids) for r in results)
+    record = [_batch_record(samples, protocol) for samples in kept]
     steps = sum(r.stats.steps for r in results)
     apart = [dict(row=i, **first_gap(model, prompts[i], r.token_ids, a))
              for i, (r, a) in enumerate(zip(results, alone)) if r.token_ids != a and name in ("greedy", "generate")]
     return LoadRow(batch, name, round(seconds, 3), tokens, round(tokens / seconds, 2),
                    round(sum(r.stats.wall_time_s for r in results) / len(results), 3), round(tokens / max(steps, 1), 3),
                    round(sum(sum(r.stats.forward_tokens_per_step) for r in results) / max(steps, 1), 3), len(results),
-                   sum(r.token_ids == g for r, g in zip(results, greedy)), apart)
+                   sum(r.token_ids == g for r, g in zip(results, greedy)), apart, 0.0, sum(len(r["rounds_s"]) for r in record),
+                   sum(sum(r["disturbed"]) for r in record), sum(r["flagged"] for r in record), record)
 
 
 def predict(rows: Sequence[LoadRow], surface: CostSurface, kv: float) -> dict[str, dict[int, float]]:

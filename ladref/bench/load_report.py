@@ -40,13 +40,14 @@ def load_markdown(rows: Sequence[LoadRow], cpu: Mapping[str, Mapping[int, float]
     """The results as a markdown table: throughput, speedup (measured; predicted by the `device`'s measured
     surface and by the GPU-shaped model)."""
     lines = [f"| B | method | tokens/s | x batched greedy | predicted, {_where(device)} surface | GPU-shaped model | latency s | S | "
-             "fed/step | rows = batched greedy | rows apart from batch 1 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "fed/step | rows = batched greedy | rows apart from batch 1 | rounds | flagged |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cpu_x, gpu_x = cpu.get(r.method, {}).get(r.batch), gpu.get(r.method, {}).get(r.batch)
         lines.append(f"| {r.batch} | {r.method} | {r.tokens_per_s:.1f} | {r.speedup:.2f} | "
                      f"{'' if cpu_x is None else f'{cpu_x:.2f}'} | {'' if gpu_x is None else f'{gpu_x:.2f}'} | {r.latency_s:.2f} | "
                      f"{r.compression:.2f} | {r.fed_per_step:.1f} | {r.rows_equal_batched_greedy}/{r.rows} | "
-                     f"{len(r.rows_apart_from_batch_1) if r.method in ('greedy', 'generate') else ''} |")
+                     f"{len(r.rows_apart_from_batch_1) if r.method in ('greedy', 'generate') else ''} | {r.rounds} | {r.flagged} |")
     return "\n".join(lines)
 
 

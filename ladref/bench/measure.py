@@ -8,7 +8,6 @@ so that slow drifts of a shared machine hit every method alike; the measurement 
 
 from __future__ import annotations
 
-import resource
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from ..config import LookaheadConfig
 from ..kernels import check_attention_backend
 from ..results import DecodeResult
 from .flops import ModelShape, decode_flops
+from .memory import peak_mib, reset_peak
 from .methods import METHODS, BenchMethod, bench_methods, canonical_method, config_label  # noqa: F401 (re-exported)
 from .protocol import Protocol, Sample, disturbed, figure, rounds, settled, timed
 
@@ -96,7 +96,10 @@ class PromptRecord:
         match: output identical to greedy's on this prompt, in every round.
         flops: estimated FLOPs of the decoding steps (`ladref.bench.flops.decode_flops`, prefill excluded).
         peak_mem_mib: the peak memory of this method's calls alone: CUDA, allocated; a CPU, the
-            process's resident set (its high-water mark reset before each call, Linux).
+            process's resident set (its high-water mark reset before each call, Linux). It holds what
+            the process held before the call (the model, other rows' compiled steps).
+        added_mem_mib: what the call itself added: its peak less the memory held when it started
+            (the largest over the rounds; 0 where the platform cannot tell).
         task: the prompt's task (Spec-Bench's "translation", ...; else the dataset or "").
         rounds_s: every round's wall time, in the order measured.
         cpu_shares: every round's CPU share (process CPU time / (wall x threads)).
@@ -124,42 +127,17 @@ class PromptRecord:
     disturbed: tuple[bool, ...] = ()
     flagged: bool = False
     accepted: dict[str, int] = field(default_factory=dict)
+    added_mem_mib: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
-_CLEAR_REFS, _STATUS = Path("/proc/self/clear_refs"), Path("/proc/self/status")
-
-
-def _reset_peak(device: torch.device) -> None:
-    """Start a call's peak afresh: CUDA's allocator statistics, or Linux's resident high-water mark."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    elif _CLEAR_REFS.exists():
-        try:
-            _CLEAR_REFS.write_text("5")  # 5: reset the peak resident set size to the current one (Linux >= 4.0)
-        except OSError:
-            pass
-
-
-def _peak_mib(device: torch.device) -> float:
-    """CUDA: max allocated since the last reset; a CPU: the resident high-water mark since then (Linux's
-    VmHWM; elsewhere the process's max RSS, which is never reset)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    if _STATUS.exists():
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _timed_prompt(model, rows: Sequence[BenchMethod], ids: torch.Tensor, settings: BenchSettings, protocol: Protocol,
                   shift: int) -> dict[str, tuple[DecodeResult, list[Sample], bool, float]]:
     """Every row on one prompt in protocol rounds: its first result, its samples, whether every round's
-    output equalled greedy's first, and its peak memory."""
+    output equalled greedy's first, and its (peak, added) memory, MiB."""
     device, by_label = next(model.parameters()).device, {row.label: row for row in rows}
     restore = {row.label: row.checkpoint() for row in rows if row.checkpoint is not None}
     out: dict[str, list] = {}
@@ -167,22 +145,22 @@ def _timed_prompt(model, rows: Sequence[BenchMethod], ids: torch.Tensor, setting
     def measure(label: str) -> Sample:
         if label in out and label in restore:  # a row that learns across prompts starts each round as it started the first
             restore[label]()
-        _reset_peak(device)
+        held = reset_peak(device)
         result, sample = timed(lambda: by_label[label].run(model, ids, settings.max_new_tokens))
-        peak = _peak_mib(device)
-        first = out.setdefault(label, [result, True, peak])
+        peak = peak_mib(device)
+        first = out.setdefault(label, [result, True, peak, 0.0])
         first[1] = first[1] and result.token_ids == first[0].token_ids
-        first[2] = max(first[2], peak)
+        first[2], first[3] = max(first[2], peak), max(first[3], peak - held if held else 0.0)
         return replace(sample, steps=max(1, result.stats.steps))
 
     samples = rounds([row.label for row in rows], measure, protocol, shift=shift)
     reference = out["greedy"][0].token_ids
-    return {label: (result, samples[label], same and result.token_ids == reference, peak)
-            for label, (result, same, peak) in out.items()}
+    return {label: (result, samples[label], same and result.token_ids == reference, (peak, added))
+            for label, (result, same, peak, added) in out.items()}
 
 
 def _record(label: str, task: str, row: BenchMethod, measured: tuple, shape: ModelShape, protocol: Protocol) -> PromptRecord:
-    result, samples, match, peak = measured
+    result, samples, match, (peak, added) = measured
     stats, chosen = result.stats, figure(samples, protocol)
     flops = decode_flops(shape, stats, row.flops_kind, row.config).decode
     return PromptRecord(
@@ -190,15 +168,20 @@ def _record(label: str, task: str, row: BenchMethod, measured: tuple, shape: Mod
         stats.mean_forward_tokens, chosen.wall_s, match, flops, peak, task,
         tuple(s.wall_s for s in samples), tuple(round(s.share(protocol.threads), 3) for s in samples),
         tuple(round(s.load, 2) for s in samples), tuple(disturbed(samples, protocol)), not settled(samples, protocol),
-        {str(k): v for k, v in sorted(Counter(stats.accepted_per_step).items())},
+        {str(k): v for k, v in sorted(Counter(stats.accepted_per_step).items())}, round(added, 1),
     )
 
 
-def bench_protocol(settings: BenchSettings, device: torch.device) -> Protocol:
-    """`settings.protocol` with this run's torch threads (off a CPU, no CPU share is asked for: the host waits on the device)."""
+def device_protocol(protocol: Protocol, device: torch.device) -> Protocol:
+    """`protocol` with this run's torch threads (off a CPU, no CPU share is asked for: the host waits on the device)."""
     if device.type != "cpu":
-        return replace(settings.protocol, min_share=0.0)
-    return replace(settings.protocol, threads=torch.get_num_threads())
+        return replace(protocol, min_share=0.0)
+    return replace(protocol, threads=torch.get_num_threads())
+
+
+def bench_protocol(settings: BenchSettings, device: torch.device) -> Protocol:
+    """`settings.protocol` for `device` (`device_protocol`)."""
+    return device_protocol(settings.protocol, device)
 
 
 def run_bench(

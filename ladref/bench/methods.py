@@ -38,7 +38,6 @@ A row's label is its method name, followed by its lookahead config for the looka
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +57,7 @@ from ..sources.recycling import RecyclingProposer, recycling_decode
 from ..sources.suffix import SuffixProposer, suffix_decode
 from ..sources.suffix_trie import SuffixMemory
 from .hf import generate_decode, hf_prompt_lookup_decode
+from .state import checkpoint, learned
 
 METHODS = ("greedy", "generate", "generate_static", "generate_compiled", "hf_plookup", "jacobi", "lookahead", "prompt_lookup", "prompt_lookup_rule",
            "recycling", "recycling_warm", "suffix", "suffix_memory", "adaptive", "draft_all", "compiled_greedy", "compiled_lookahead",
@@ -131,25 +131,11 @@ class BenchMethod:
     checkpoint: Callable[[], Callable[[], None]] | None = None
 
 
-def _copy_source(source: object) -> object:
-    """A copy of a draft source with what it learned (a suffix proposer's deepcopy shares its memory: copied too)."""
-    twin = copy.deepcopy(source)
-    if getattr(source, "memory", None) is not None:
-        twin.memory = copy.deepcopy(source.memory)
-    return twin
-
-
 def _learning_row(label: str, source: object, decode: Callable) -> BenchMethod:
     """A row whose draft source learns across calls: ``decode(model, ids, n, source)``, with a checkpoint
-    that copies the source (outside the timed call) and restores it."""
-    box = [source]
-
-    def checkpoint() -> Callable[[], None]:
-        saved = _copy_source(box[0])
-        return lambda: box.__setitem__(0, _copy_source(saved))
-
-    run = lambda m, ids, n: decode(m, ids, n, box[0])  # noqa: E731
-    return BenchMethod(label, "tree", None, run, _first_call(run), stateful=True, checkpoint=checkpoint)
+    that copies the source (outside the timed call) and restores it in place (`ladref.bench.state.checkpoint`)."""
+    run = lambda m, ids, n: decode(m, ids, n, source)  # noqa: E731
+    return BenchMethod(label, "tree", None, run, _first_call(run), stateful=True, checkpoint=checkpoint(*learned(source)))
 
 
 def _first_call(run: Decoder) -> Callable:

@@ -23,13 +23,9 @@ with a memory reports its size, and each suffix row the host time its proposer s
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -44,8 +40,9 @@ from ..sources.recycling import RecyclingProposer, recycling_decode
 from ..sources.suffix import SuffixProposer, suffix_decode
 from ..sources.suffix_trie import SuffixMemory
 from .datasets import SPECBENCH_FILE, load_prompts, read_jsonl, specbench_task
-from .figures import panels, save
 from .methods import one_of
+from .protocol import Protocol, Sample, disturbed, figure, rounds, settled, timed
+from .state import checkpoint, learned
 
 WORKLOADS = ("mtbench", "humaneval")
 MULTI_METHODS = ("greedy", "suffix_memory", "suffix", "recycling_warm", "prompt_lookup", "prompt_lookup_memory", "lookahead",
@@ -107,12 +104,14 @@ class TimedSuffix(SuffixProposer):
 @dataclass
 class MultiRow:
     """One row: decodes a request with the state it keeps; `suffix` is its suffix proposer, if any, and
-    `lookup_memory` its prompt lookup's memory, if any."""
+    `lookup_memory` its prompt lookup's memory, if any; `checkpoint` (a row that learns across requests)
+    saves what it has learned and returns the function that restores it (`ladref.bench.state.checkpoint`)."""
 
     label: str
     run: Callable[[torch.Tensor, int], DecodeResult]
     suffix: TimedSuffix | None = None
     lookup_memory: SuffixMemory | None = None
+    checkpoint: Callable[[], Callable[[], None]] | None = None
 
     @property
     def host_s(self) -> float:
@@ -135,22 +134,23 @@ def multi_rows(model: torch.nn.Module, methods: Sequence[str], config: Lookahead
         if method in ("suffix", "suffix_memory"):
             suffix = TimedSuffix.for_model(model, memory=SuffixMemory(memory_tokens) if method == "suffix_memory" else None)
             run = lambda ids, n, p=suffix: suffix_decode(model, ids, n, proposer=p, attention_backend=backend)  # noqa: E731
-            rows.append(MultiRow(method, run, suffix))
+            rows.append(MultiRow(method, run, suffix, checkpoint=checkpoint(*learned(suffix), shared=[model])))
         elif method == "recycling_warm":
             warm = RecyclingProposer.for_model(model, warm=True)
-            rows.append(MultiRow(method, lambda ids, n: recycling_decode(model, ids, n, proposer=warm, attention_backend=backend)))
+            rows.append(MultiRow(method, lambda ids, n: recycling_decode(model, ids, n, proposer=warm, attention_backend=backend),
+                                 checkpoint=checkpoint(warm, shared=[model])))
         elif method in ("prompt_lookup", "prompt_lookup_memory"):
             memory = SuffixMemory(memory_tokens) if method == "prompt_lookup_memory" else None
             run = lambda ids, n, m=memory: prompt_lookup_decode(model, ids, n, draft_len=lookup_tokens, memory=m,  # noqa: E731
                                                                 attention_backend=backend)
-            rows.append(MultiRow(method, run, lookup_memory=memory))
+            rows.append(MultiRow(method, run, lookup_memory=memory, checkpoint=None if memory is None else checkpoint(memory)))
         elif method == "lookahead":
             rows.append(MultiRow(method, lambda ids, n: lookahead_decode(model, ids, n, config=config, attention_backend=backend)))
         else:  # adaptive_all: every source, each keeping what it can across requests, and the learned acceptance
             suffix = TimedSuffix.for_model(model, memory=SuffixMemory(memory_tokens))
             decoder = AdaptiveDecoder(model, cost=cost, proposers=remembering_proposers(model, suffix), keep_learning=True,
                                       attention_backend=backend)
-            rows.append(MultiRow(method, lambda ids, n: decoder(ids, n), suffix))
+            rows.append(MultiRow(method, lambda ids, n: decoder(ids, n), suffix, checkpoint=checkpoint(decoder, *learned(suffix), shared=[model])))
     return rows
 
 
@@ -161,9 +161,12 @@ class RequestRecord:
     Attributes:
         index: the request's place in the sequence, 0 first; request_id: "<conversation id>/<turn>".
         method: the row; prompt_tokens: L; new_tokens, steps, compression (S), wall_s: as `ladref.DecodeStats`.
-        match: output identical to greedy's on this request.
+        match: output identical to greedy's on this request, in every round.
         host_s: seconds its suffix proposer spent in propose and learn (0: no suffix proposer).
         memory_tokens, memory_nodes: its memory's tokens and trie nodes after the request (0: none).
+        rounds_s, cpu_shares, loads, disturbed, flagged: the measurement protocol's rounds of this
+            request (`ladref.bench.protocol`; each round of a row that learns starts from the state
+            it had before the request); wall_s is the figure's round.
     """
 
     index: int
@@ -178,28 +181,46 @@ class RequestRecord:
     host_s: float = 0.0
     memory_tokens: int = 0
     memory_nodes: int = 0
+    rounds_s: tuple[float, ...] = ()
+    cpu_shares: tuple[float, ...] = ()
+    loads: tuple[float, ...] = ()
+    disturbed: tuple[bool, ...] = ()
+    flagged: bool = False
 
 
-def run_request(rows: Sequence[MultiRow], ids: torch.Tensor, index: int, request_id: str,
-                max_new_tokens: int) -> tuple[list[int], list[RequestRecord]]:
-    """Every row on one request (their order rotated with the index); greedy's tokens and the records, in row order."""
-    shift, done = index % len(rows), {}
-    for row in rows[shift:] + rows[:shift]:
+def run_request(rows: Sequence[MultiRow], ids: torch.Tensor, index: int, request_id: str, max_new_tokens: int,
+                protocol: Protocol = Protocol()) -> tuple[list[int], list[RequestRecord]]:
+    """Every row on one request in protocol rounds (their order rotated with the index), each round of a
+    learning row from its state before the request; greedy's tokens and the records, in row order."""
+    by_label, done = {row.label: row for row in rows}, {}
+    saved = {row.label: row.checkpoint() for row in rows if row.checkpoint is not None}
+
+    def measure(label: str) -> Sample:
+        row = by_label[label]
+        if label in done and label in saved:
+            saved[label]()
         before = row.host_s
-        done[row.label] = (row.run(ids, max_new_tokens), row.host_s - before, row.memory_size)
-    greedy = done["greedy"][0].token_ids
-    records = []
+        result, sample = timed(lambda: row.run(ids, max_new_tokens))
+        done.setdefault(label, []).append((result, row.host_s - before, row.memory_size))
+        return replace(sample, steps=max(1, result.stats.steps))
+
+    samples = rounds([row.label for row in rows], measure, protocol, shift=index % len(rows))
+    greedy, records = done["greedy"][0][0].token_ids, []
     for row in rows:
-        result, host, (tokens, nodes) = done[row.label]
-        s = result.stats
+        mine, chosen = samples[row.label], figure(samples[row.label], protocol)
+        result, host, (tokens, nodes) = done[row.label][mine.index(chosen)]
+        s, same = result.stats, all(r.token_ids == greedy for r, _, _ in done[row.label])
         records.append(RequestRecord(index, request_id, row.label, s.prefill_tokens + 1, s.new_tokens, s.steps, s.compression,
-                                     s.wall_time_s, result.token_ids == greedy, host, tokens, nodes))
+                                     chosen.wall_s, same, host, tokens, nodes, tuple(x.wall_s for x in mine),
+                                     tuple(round(x.share(protocol.threads), 3) for x in mine), tuple(round(x.load, 2) for x in mine),
+                                     tuple(disturbed(mine, protocol)), not settled(mine, protocol)))
     return greedy, records
 
 
 def run_multi(tokenizer: object, chats: Sequence[Conversation], rows: Sequence[MultiRow], max_new_tokens: int,
-              on_request: Callable[[int], None] | None = None) -> list[RequestRecord]:
-    """Decode the conversations' requests in order with every row; the second turn of a chat follows greedy's first answer.
+              on_request: Callable[[int], None] | None = None, protocol: Protocol = Protocol()) -> list[RequestRecord]:
+    """Decode the conversations' requests in order with every row, each request in the rounds of `protocol`;
+    the second turn of a chat follows greedy's first answer.
 
     Returns:
         One `RequestRecord` per (request, row), request-major.
@@ -213,104 +234,9 @@ def run_multi(tokenizer: object, chats: Sequence[Conversation], rows: Sequence[M
             messages.append({"role": "user", "content": text})
             index = len(records) // len(rows)
             greedy, done = run_request(rows, conversation_ids(tokenizer, messages), index, f"{chat.conversation_id}/{turn}",
-                                       max_new_tokens)
+                                       max_new_tokens, protocol)
             records += done
             messages.append({"role": "assistant", "content": tokenizer.decode(greedy, skip_special_tokens=True)})
             if on_request is not None:
                 on_request(index)
     return records
-
-
-def pooled(records: Sequence[RequestRecord]) -> tuple[float, float]:
-    """S and tokens/s pooled over `records`: total tokens / total steps, total tokens / total seconds."""
-    tokens = sum(r.new_tokens for r in records)
-    return tokens / sum(r.steps for r in records), tokens / sum(r.wall_s for r in records)
-
-
-def summarize_multi(records: Sequence[RequestRecord], later: int = LATER) -> list[dict]:
-    """Per row: S and tokens/s over all requests and from request `later` on, speedup over greedy, matches,
-    the suffix proposer's host time per step (ms, and its share of the wall time) and the final memory size."""
-    greedy_s = sum(r.wall_s for r in records if r.method == "greedy")
-    rows = []
-    for method in dict.fromkeys(r.method for r in records):
-        mine = [r for r in records if r.method == method]
-        (s, speed), (s_later, speed_later) = pooled(mine), pooled([r for r in mine if r.index >= later - 1] or mine)
-        wall, host, steps = sum(r.wall_s for r in mine), sum(r.host_s for r in mine), sum(r.steps for r in mine)
-        rows.append({"method": method, "requests": len(mine), "S": s, "S_later": s_later, "tokens_per_s": speed,
-                     "tokens_per_s_later": speed_later, "speedup": greedy_s / wall, "matches": sum(r.match for r in mine),
-                     "host_ms_per_step": 1e3 * host / steps, "host_share": host / wall,
-                     "memory_tokens": mine[-1].memory_tokens, "memory_nodes": mine[-1].memory_nodes})
-    return rows
-
-
-def multi_markdown(summary: Sequence[dict], records: Sequence[RequestRecord], later: int = LATER, block: int = 10) -> str:
-    """The summary table, then S per block of `block` requests (does it grow as the memories fill?)."""
-    lines = [f"| method | S | S from request {later} on | tok/s | tok/s from request {later} on | x greedy | = greedy | "
-             "host ms/step | host share | memory tokens | memory nodes |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for s in summary:
-        lines.append(f"| {s['method']} | {s['S']:.2f} | {s['S_later']:.2f} | {s['tokens_per_s']:.1f} | {s['tokens_per_s_later']:.1f} | "
-                     f"{s['speedup']:.2f} | {s['matches']}/{s['requests']} | {s['host_ms_per_step']:.2f} | "
-                     f"{100 * s['host_share']:.1f}% | {s['memory_tokens']} | {s['memory_nodes']} |")
-    count = 1 + max(r.index for r in records)
-    blocks = [(start, min(start + block, count)) for start in range(0, count, block)]
-    lines += ["", "| method | " + " | ".join(f"S, requests {a + 1}-{b}" for a, b in blocks) + " |", "|---" * (len(blocks) + 1) + "|"]
-    for method in dict.fromkeys(r.method for r in records):
-        cells = []
-        for a, b in blocks:
-            cells.append(f"{pooled([r for r in records if r.method == method and a <= r.index < b])[0]:.2f}")
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def plot_multi(records: Sequence[RequestRecord], path: str | Path, title: str, window: int = 5) -> Path:
-    """S (left) and tokens/s (right) against the request's index, a trailing mean over `window` requests, one line per row."""
-    fig, ax_s, ax_v = panels(size=(11, 4.2))
-    for method in dict.fromkeys(r.method for r in records):
-        mine = sorted((r for r in records if r.method == method), key=lambda r: r.index)
-        for ax, value in ((ax_s, lambda r: r.compression), (ax_v, lambda r: r.new_tokens / r.wall_s)):
-            values = [value(r) for r in mine]
-            smooth = [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
-            ax.plot([r.index + 1 for r in mine], smooth, label=method, lw=1.5)
-    for ax, label in ((ax_s, "S, tokens per step"), (ax_v, "tokens/s")):
-        ax.set_xlabel(f"request (in order; trailing mean of {window})")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-    ax_s.legend(fontsize=7)
-    return save(fig, path, title)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the multi-request options of the bench command."""
-    add = parser.add_argument
-    add("--multi-request", choices=WORKLOADS, default=None, help="decode a workload's requests one after another, each "
-        "row keeping its memory across them (ladref.bench.multi): mtbench (two-turn chats) or humaneval; --limit "
-        "counts conversations; rows from " + ", ".join(MULTI_METHODS) + " (--method picks some)")
-    add("--memory-tokens", type=int, default=8192, help="--multi-request: the memories' bound, in tokens (default 8192)")
-
-
-def run_multi_command(model: torch.nn.Module, tokenizer: object, methods: Sequence[str], args: argparse.Namespace, meta: dict) -> int:
-    """Run the workload, print the tables and save JSON, markdown and the figure to ``--out`` (the figure: ``--figure``)."""
-    chats = conversations(args.multi_request, args.limit, args.skip)
-    config = args.config[0] if args.config else LookaheadConfig(args.window, args.ngram, args.candidates or args.window)
-    rows = multi_rows(model, ("greedy", *methods), config, lookup_tokens=args.lookup_tokens, memory_tokens=args.memory_tokens,
-                      attention_backend=args.attention_backend)
-    rows[0].run(conversation_ids(tokenizer, [{"role": "user", "content": chats[0].turns[0]}]), 8)  # warm-up, greedy: no state
-    total = sum(len(c.turns) for c in chats)
-    progress = None if args.no_progress else lambda i: print(f"  request {i + 1}/{total}", file=sys.stderr, flush=True)
-    records = run_multi(tokenizer, chats, rows, args.max_new_tokens, progress)
-    summary, stem = summarize_multi(records), Path(args.out) / f"multi_{args.multi_request}_{model.device.type}"
-    settings = {"workload": args.multi_request, "conversations": len(chats), "requests": total, "max_new_tokens": args.max_new_tokens,
-                "lookahead": str(config), "lookup_tokens": args.lookup_tokens, "memory_tokens": args.memory_tokens}
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps({"meta": dict(meta, settings=settings), "summary": summary,
-                                                     "records": [asdict(r) for r in records]}, indent=1) + "\n")
-    table = multi_markdown(summary, records)
-    stem.with_suffix(".md").write_text(table + "\n")
-    title = f"Requests in order ({args.multi_request}, {total} requests): SmolLM2-135M ({meta['dtype']}), {meta['machine']}"
-    figure = plot_multi(records, args.figure or stem.with_suffix(".png"), title)
-    print("\n" + table)
-    for r in records:
-        if not r.match:
-            print(f"WARNING: {r.method} output differs from greedy on request {r.request_id}")
-    print(f"saved {stem}.json, {stem}.md and {figure}")
-    return 0
