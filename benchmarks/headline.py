@@ -148,7 +148,13 @@ def _cost_summary(folder: Path) -> str:
     for kv, seconds in zip(data["kv_lengths"], data["seconds"]):
         rows.append(f"| {kv} | " + " | ".join(f"{s / seconds[0]:.2f}" for s in seconds) + " |")
     header = "| KV length | " + " | ".join(f"q={w}" for w in widths) + " |\n|---|" + "---|" * len(widths)
-    return _tables(f"{stamp(data['meta'])} Command: `{data['meta']['command']}`. The step cost t(q) over t(1), at "
+    record, rounds = data["meta"].get("protocol"), ""
+    if record:
+        state = "flagged: its rounds never agreed" if record["flagged"] else "settled"
+        rounds = (f" The curve is the median of {len(record['rounds_s'])} whole measurements ({state}; CPU shares "
+                  f"{', '.join(f'{x:.2f}' for x in record['cpu_shares'])}); its worst cell's largest time over its smallest "
+                  f"across them: {record['worst_cell_spread']:.2f}.")
+    return _tables(f"{stamp(data['meta'])} Command: `{data['meta']['command']}`.{rounds} The step cost t(q) over t(1), at "
                    f"each KV length ({data['label']}):\n\n{header}\n" + "\n".join(rows))
 
 
@@ -189,7 +195,9 @@ def headline(folder: Path, readme: bool = False) -> str:
     if (folder / "load").is_dir():
         _, d = _json(folder / "load", "load_cpu.json")
         ada = sorted((r for r in d["rows"] if r["method"] == "adaptive"), key=lambda r: r["batch"])
-        row("load", "under load: adaptive over batched greedy", ", ".join(f"B={r['batch']} {_x(r['speedup'])}" for r in ada),
+        row("load", "under load: adaptive over batched greedy (pooled; per batch [95% interval])", ", ".join(
+            f"B={r['batch']} {_x(r['speedup'])}" + (f" [{r['vs_greedy']['low']:.2f}, {r['vs_greedy']['high']:.2f}]"
+                                                    if r.get("vs_greedy") and r["vs_greedy"]["prompts"] > 1 else "") for r in ada),
             _identical(d["rows"], "rows_equal_batched_greedy", "rows"), d["meta"])
     if (folder / "multi").is_dir():
         _, d = _json(folder / "multi", "multi_*.json")

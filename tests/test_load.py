@@ -96,3 +96,4 @@ def test_every_batch_is_timed_in_protocol_rounds_and_a_batch_that_never_settles_
     rows = run_load(model, prompts, busy, GPU_LIKE, eos=[])
     assert all(r.flagged == 2 and r.rounds == 6 and r.disturbed == 6 for r in rows)
     assert "| 2 | prompt_lookup |" in table(rows, {}, {}) and table(rows, {}, {}).splitlines()[2].endswith("| 6 | 2 |")
+    assert all(r.vs_greedy["prompts"] == 2 and r.vs_greedy["low"] <= r.vs_greedy["geomean"] <= r.vs_greedy["high"] for r in rows)

@@ -37,7 +37,7 @@ from ..sources.prompt_lookup import prompt_lookup_decode
 from .engines import chain_decode, threshold_decode
 from .measure import device_protocol
 from .methods import one_of
-from .protocol import Protocol, Sample, disturbed, figure, rounds, settled, timed
+from .protocol import Protocol, Sample, disturbed, figure, rounds, settled, speedup, timed
 
 LOAD_METHODS = ("greedy", "generate", "lookahead", "prompt_lookup", "prompt_lookup_rule", "threshold", "chain", "adaptive")
 BatchDecoder = Callable[[torch.nn.Module, list, int], list[DecodeResult]]
@@ -69,7 +69,9 @@ class LoadSettings:
 class LoadRow:
     """One method at one batch size, over every prompt.
 
-    `seconds` sums each batch's figure (its median undisturbed round); `rounds` counts the timed
+    `seconds` sums each batch's figure (its median undisturbed round); `speedup` is the pooled
+    throughput over batched greedy's, `vs_greedy` the geometric mean of per-batch speedups with its
+    95% bootstrap interval over batches (`ladref.bench.protocol.Speedup` as a dict); `rounds` counts the timed
     calls, `disturbed` those the protocol judged disturbed, `flagged` the batches that never
     settled; `batches` keeps every round of every batch (wall seconds, CPU shares, load averages).
     """
@@ -86,6 +88,7 @@ class LoadRow:
     rows_equal_batched_greedy: int
     rows_apart_from_batch_1: list[dict]
     speedup: float = 0.0
+    vs_greedy: dict | None = None
     rounds: int = 0
     disturbed: int = 0
     flagged: int = 0
@@ -209,10 +212,18 @@ def run_load(model: torch.nn.Module, prompts: Sequence[torch.Tensor], settings: 
         rows = [_row(model, prompts, b, name, results[name], kept[name], greedy, alone, protocol) for name in decoders]
         for row in rows:
             row.speedup = round(row.tokens_per_s / rows[0].tokens_per_s, 3)  # rows[0]: batched greedy
+            row.vs_greedy = asdict(speedup(_per_batch(results[row.method], kept[row.method], b, protocol),
+                                           _per_batch(results["greedy"], kept["greedy"], b, protocol)))
         out += rows
         if on_size is not None:
             on_size(out)
     return out
+
+
+def _per_batch(results: list[DecodeResult], kept: list[list[Sample]], batch: int, protocol: Protocol) -> list[tuple[int, float]]:
+    """(new tokens, figure seconds) of each batch, in order."""
+    return [(sum(len(r.token_ids) for r in results[i * batch:(i + 1) * batch]), figure(samples, protocol).wall_s)
+            for i, samples in enumerate(kept)]
 
 
 def _row(model, prompts, batch: int, name: str, results: list[DecodeResult], kept: list[list[Sample]], greedy: list, alone: list,
@@ -225,8 +236,8 @@ def _row(model, prompts, batch: int, name: str, results: list[DecodeResult], kep
     return LoadRow(batch, name, round(seconds, 3), tokens, round(tokens / seconds, 2),
                    round(sum(r.stats.wall_time_s for r in results) / len(results), 3), round(tokens / max(steps, 1), 3),
                    round(sum(sum(r.stats.forward_tokens_per_step) for r in results) / max(steps, 1), 3), len(results),
-                   sum(r.token_ids == g for r, g in zip(results, greedy)), apart, 0.0, sum(len(r["rounds_s"]) for r in record),
-                   sum(sum(r["disturbed"]) for r in record), sum(r["flagged"] for r in record), record)
+                   sum(r.token_ids == g for r, g in zip(results, greedy)), apart, rounds=sum(len(r["rounds_s"]) for r in record),
+                   disturbed=sum(sum(r["disturbed"]) for r in record), flagged=sum(r["flagged"] for r in record), batches=record)
 
 
 def predict(rows: Sequence[LoadRow], surface: CostSurface, kv: float) -> dict[str, dict[int, float]]:

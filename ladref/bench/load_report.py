@@ -39,12 +39,13 @@ def load_markdown(rows: Sequence[LoadRow], cpu: Mapping[str, Mapping[int, float]
                   device: str = "cpu") -> str:
     """The results as a markdown table: throughput, speedup (measured; predicted by the `device`'s measured
     surface and by the GPU-shaped model)."""
-    lines = [f"| B | method | tokens/s | x batched greedy | predicted, {_where(device)} surface | GPU-shaped model | latency s | S | "
+    lines = [f"| B | method | tokens/s | x batched greedy, pooled | per batch [95% CI] | predicted, {_where(device)} surface | GPU-shaped model | latency s | S | "
              "fed/step | rows = batched greedy | rows apart from batch 1 | rounds | flagged |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---" * 14 + "|"]
     for r in rows:
         cpu_x, gpu_x = cpu.get(r.method, {}).get(r.batch), gpu.get(r.method, {}).get(r.batch)
-        lines.append(f"| {r.batch} | {r.method} | {r.tokens_per_s:.1f} | {r.speedup:.2f} | "
+        ci = "" if r.vs_greedy is None else f"{r.vs_greedy['geomean']:.2f}x [{r.vs_greedy['low']:.2f}, {r.vs_greedy['high']:.2f}]"
+        lines.append(f"| {r.batch} | {r.method} | {r.tokens_per_s:.1f} | {r.speedup:.2f} | {ci} | "
                      f"{'' if cpu_x is None else f'{cpu_x:.2f}'} | {'' if gpu_x is None else f'{gpu_x:.2f}'} | {r.latency_s:.2f} | "
                      f"{r.compression:.2f} | {r.fed_per_step:.1f} | {r.rows_equal_batched_greedy}/{r.rows} | "
                      f"{len(r.rows_apart_from_batch_1) if r.method in ('greedy', 'generate') else ''} | {r.rounds} | {r.flagged} |")
