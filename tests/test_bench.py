@@ -603,13 +603,15 @@ def test_a_request_that_never_settles_is_flagged_and_its_learning_rows_restart_e
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="the resident high-water mark is reset through Linux's /proc")
 def test_a_calls_added_memory_is_its_peak_less_what_the_process_held_before_it():
-    from ladref.bench.memory import peak_mib, reset_peak
+    from ladref.bench.memory import peak_mib, reset_peak, resident_mib
 
     cpu = torch.device("cpu")
     held = reset_peak(cpu)
     block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-    peak = peak_mib(cpu)
+    peak, grown = peak_mib(cpu), resident_mib() - held
     del block
+    if grown < 60:  # some sandboxes' /proc does not follow the resident set: nothing to measure against
+        pytest.skip(f"this /proc's resident set grew {grown:.0f} MiB for a touched 64 MiB block")
     assert held > 0 and peak - held >= 60  # the call's own 64 MiB, not the process's whole resident set
     held = reset_peak(cpu)
     assert peak_mib(cpu) - held < 60  # reset: the freed block no longer counts

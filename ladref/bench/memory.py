@@ -25,7 +25,7 @@ def reset_peak(device: torch.device) -> float:
             _CLEAR_REFS.write_text("5")  # 5: reset the peak resident set size to the current one (Linux >= 4.0)
         except OSError:
             return 0.0
-        return _status_mib("VmRSS:")
+        return resident_mib()
     return 0.0
 
 
@@ -38,11 +38,16 @@ def _status_mib(field: str) -> float:
     return 0.0
 
 
+def resident_mib() -> float:
+    """The process's resident set now, MiB (Linux's VmRSS; 0 where /proc has none)."""
+    return _status_mib("VmRSS:")
+
+
 def peak_mib(device: torch.device) -> float:
     """CUDA: max allocated since the last reset; a CPU: the resident high-water mark since then (Linux's
-    VmHWM; elsewhere the process's max RSS, which is never reset)."""
+    VmHWM, never below the resident set now; elsewhere the process's max RSS, which is never reset)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     if _STATUS.exists():
-        return _status_mib("VmHWM:")
+        return max(_status_mib("VmHWM:"), resident_mib())
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
