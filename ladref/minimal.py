@@ -8,11 +8,14 @@ forward pass when it can. Its three knobs, in the paper's symbols:
        pool stores n-grams of N tokens, and one step accepts 1 to N tokens;
     G  the most candidates verified per step (also the n-grams the pool keeps per first token).
 
-One step is ONE forward pass over ``[current | window | candidates]``:
+One step is ONE forward pass over ``[pending prefix | window | candidates]``, the window's first
+cell being the current token (the pending prefix: the tokens the last step accepted before the
+current one, not yet in the KV cache; step one: the prompt but its last token):
 
     1. look up the pool's (N-1)-token continuations of the current token, up to G of them;
     2. lay out both branches, their positions and a mask that keeps them apart; run the model once;
-    3. lookahead branch: the argmax after the window's newest row is a new row; each column of
+    3. lookahead branch: the argmax after the window's newest row is a new row; from the (N-1)-th step on
+       (0-based index >= N-2, once every window row below the first is the model's), each column of
        [window; new row] is an n-gram the model made, added to the pool; the window slides one row;
     4. verification branch: accept the longest candidate prefix greedy agrees with, plus one token.
 
@@ -89,7 +92,9 @@ def seed_pool(pool: Pool, tokens: Sequence[int], N: int, capacity: int) -> None:
 
 def harvest(pool: Pool, window: torch.Tensor, new_row: torch.Tensor, capacity: int) -> None:
     """Add the W n-grams read down the columns of [window; new_row] (window (N-1, W), new_row (W,)): row r
-    sits one position right of row r-1, so column c holds, at positions p+c .. p+c+N-1, a model-made n-gram."""
+    sits one position right of row r-1, so column c holds, at positions p+c .. p+c+N-1, an n-gram. It is
+    the model's only once every window row below the first is a row the model made, so the decoder calls
+    this from its (N-1)-th step on (0-based index >= N-2); before that the rows are the prompt's filler."""
     for column in torch.cat([window, new_row[None]]).t().tolist():
         pool_add(pool, column, capacity)
 

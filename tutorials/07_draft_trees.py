@@ -251,8 +251,9 @@ plt.show()
 # Reading the numbers:
 #
 # * **lookahead** pays for its window every step ((N-1)W - 1 = 11 tokens besides the current one
-#   here) and verifies short n-grams
-#   (at most N-1 = 3 draft tokens per step); its pool starts with the prompt's n-grams;
+#   here) and verifies short n-grams: up to G = 4 of N-1 = 3 tokens each, so it feeds up to
+#   12 draft nodes a step (fewer where they share a prefix) but accepts at most N-1 = 3 of them;
+#   its pool starts with the prompt's n-grams;
 # * **prompt lookup** feeds a single chain, copied from the text, only when the text's last
 #   tokens occurred before; on code that repeats names it can accept long runs at once;
 # * **Jacobi** feeds its m = 8 guesses every step and rarely has even the first one accepted

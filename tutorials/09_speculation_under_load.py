@@ -490,7 +490,10 @@ for name, steps in stream.items():
 # the roofline fitted on this machine in section 1, and two models, not measurements:
 #
 # * a CPU roofline `roofline(0.015, 0.0014)`: 15 ms per weight read, 1.4 ms per token, ridge
-#   about 11 tokens (the shape measured for SmolLM2 on the project's 2-core CPU);
+#   about 11 tokens, a nominal estimate for a small CPU, not a measurement. The committed
+#   measurement of section 1 on the project's 2-core CPU
+#   (`benchmarks/archive/load/threads_linears_b16/`) gives t(1, B=1) = 52 ms a pass and
+#   t(8, B=8) / 64 = about 3.1 ms a token: a ridge of about 17 tokens;
 # * a GPU-shaped roofline `roofline(0.01, 0.01 / 512)`: ridge 512 tokens.
 #
 # The S and q of the two draft sources are those measured on the batch of section 4 (every row's

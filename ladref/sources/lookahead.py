@@ -2,8 +2,8 @@
 
 Each step runs ONE forward pass over ``[current | window (N-1, W) | draft tree]`` (`ladref.step`):
   * the lookahead branch makes one Jacobi iteration of the 2-D window (`LookaheadWindow`): the
-    newest row's predictions become a new row, and each column of (old window + new row) is an
-    n-gram for the pool;
+    newest row's predictions become a new row, and from the (N-1)-th step on (once the rows below
+    the first are the model's) each column of (old window + new row) is an n-gram for the pool;
   * the verification branch checks up to G pool n-grams that start with the current token,
     merged into a trie (`LookaheadProposer`), and accepts the longest one greedy decoding agrees
     with, plus the model's own next token.
