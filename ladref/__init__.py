@@ -7,34 +7,37 @@
 Every decoder has one call shape: ``decode(model, input_ids, max_new_tokens, *, ...)``, its own
 options and then the keywords every decoder shares (`ladref.options`).
 
-Five rooms: the core at the top, the draft sources in `ladref.sources`, the batch in
-`ladref.batched`, the fast paths in `ladref.fast`, what you run in `ladref.bench`. In reading
-order (the tutorials' and the docs'):
+Seven rooms, each importing only those before it: the core at the top (the reference step and
+its pieces), the draft sources in `ladref.sources`, what steps cost and which drafts pay in
+`ladref.pricing`, the batched engine in `ladref.batched`, the decoders you call in
+`ladref.decoders` (one prompt runs the reference, a batch the engine), the fast paths in
+`ladref.fast`, and what you run in `ladref.bench`. In reading order (the tutorials' and the docs'):
 
 0. `ladref.minimal`: the whole method in one file (greedy lookahead decoding, its pieces and its
    loop), to read before the rest;
 1. `ladref.config` (W, N, G), `ladref.results` (what a call returns);
-2. `ladref.greedy` (the oracle) and `ladref.sources.jacobi` (the fixed-point iteration);
+2. `ladref.decoders.greedy` (the oracle) and `ladref.sources.jacobi` (the fixed-point iteration);
 3. the building blocks: `ladref.tree` (the draft trie), `ladref.sources.ngram_pool`,
    `ladref.masks`, `ladref.verify`;
 4. `ladref.proposer` (where drafts come from: the protocol, `DraftSource`, `StepOutcome`),
    `ladref.step` (the combined step and the one loop every tree decoder repeats) and
-   `ladref.decode` (`draft_decode`, that loop with any proposers);
+   `ladref.decoders.draft` (`draft_decode`, that loop with any proposers);
 5. the draft sources: `ladref.sources.lookahead` (the paper's window and pool),
    `ladref.sources.prompt_lookup`, `ladref.sources.recycling` (Token Recycling),
    `ladref.sources.suffix` (suffix decoding, over the counted trie of `ladref.sources.suffix_trie`)
-   and Jacobi's chain in `ladref.sources.jacobi`;
+   and Jacobi's chain in `ladref.sources.jacobi`; their decoders in `ladref.decoders.methods`;
 6. `ladref.accept` (the accept rules of speculative sampling: one draft, several drafts),
-   `ladref.sampling` and `ladref.generate` (sampling; inside ``model.generate``);
+   `ladref.sampling`, `ladref.decoders.sample` and `ladref.decoders.generate` (sampling; inside
+   ``model.generate``);
 7. the batch: `ladref.batched` (every row of a batch stepped by one tensor program: `drafts`,
    `layout`, `verify`, `cache`, `state`, `step`, `loop`; the sources' batch forms in
    `ladref.batched.sources`; adaptive decoding on a batch in `policy` and `acceptance`; the whole
    step captured as one compiled program over a static cache in `static` and `captured`);
-8. the fast paths: `ladref.fast.timing`, `ladref.fast.cost` (the step-cost curve),
-   `ladref.fast.cost_cache` (curves measured once per machine) and `ladref.fast.surface` (the
-   step cost of a batch, t(q, kv, B)), `ladref.fast.acceptance` (what drafts are worth, learned),
-   `ladref.fast.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
-   `ladref.fast.static`, `ladref.fast.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
+8. pricing and the fast paths: `ladref.pricing.timing`, `ladref.pricing.cost` (the step-cost curve),
+   `ladref.pricing.cost_cache` (curves measured once per machine) and `ladref.pricing.surface` (the
+   step cost of a batch, t(q, kv, B)), `ladref.pricing.acceptance` (what drafts are worth, learned),
+   `ladref.pricing.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
+   `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
    `ladref.course_choice` (a cost-aware step choice: the course's open-ended task);
 9. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
@@ -59,35 +62,31 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the public names (`x as x`: exported to type checkers), each imported on first use (below)
     from .batched.captured import CapturedBatchDecoder as CapturedBatchDecoder
     from .config import LookaheadConfig as LookaheadConfig
-    from .decode import draft_decode as draft_decode
+    from .decoders.draft import draft_decode as draft_decode
+    from .decoders.generate import lookahead_generator as lookahead_generator
+    from .decoders.greedy import greedy_decode as greedy_decode
+    from .decoders.methods import (
+        jacobi_decode as jacobi_decode,
+        lookahead_decode as lookahead_decode,
+        prompt_lookup_decode as prompt_lookup_decode,
+        recycling_decode as recycling_decode,
+        suffix_decode as suffix_decode,
+    )
+    from .decoders.sample import sample_decode as sample_decode
     from .fast.adaptive import AdaptiveDecoder as AdaptiveDecoder, adaptive_decode as adaptive_decode
     from .fast.compiled import CompiledAdaptiveDecoder as CompiledAdaptiveDecoder, CompiledDecoder as CompiledDecoder
-    from .fast.cost import CostModel as CostModel
-    from .fast.cost_cache import CostCache as CostCache
-    from .fast.surface import CostSurface as CostSurface
-    from .generate import lookahead_generator as lookahead_generator
-    from .greedy import greedy_decode as greedy_decode
     from .models import chat_ids as chat_ids, default_device as default_device, load_default_model as load_default_model
     from .options import DecodeOptions as DecodeOptions
+    from .pricing.cost import CostModel as CostModel
+    from .pricing.cost_cache import CostCache as CostCache
+    from .pricing.surface import CostSurface as CostSurface
     from .proposer import DraftSource as DraftSource, Proposer as Proposer, StepOutcome as StepOutcome
     from .results import BatchResult as BatchResult, DecodeResult as DecodeResult, DecodeStats as DecodeStats
-    from .sampling import sample_decode as sample_decode
-    from .sources.jacobi import JacobiProposer as JacobiProposer, jacobi_decode as jacobi_decode
-    from .sources.lookahead import (
-        LookaheadProposer as LookaheadProposer,
-        LookaheadWindow as LookaheadWindow,
-        lookahead_decode as lookahead_decode,
-    )
-    from .sources.prompt_lookup import (
-        PromptLookupProposer as PromptLookupProposer,
-        prompt_lookup_decode as prompt_lookup_decode,
-    )
-    from .sources.recycling import (
-        RecyclingProposer as RecyclingProposer,
-        TreeTemplate as TreeTemplate,
-        recycling_decode as recycling_decode,
-    )
-    from .sources.suffix import SuffixProposer as SuffixProposer, suffix_decode as suffix_decode
+    from .sources.jacobi import JacobiProposer as JacobiProposer
+    from .sources.lookahead import LookaheadProposer as LookaheadProposer, LookaheadWindow as LookaheadWindow
+    from .sources.prompt_lookup import PromptLookupProposer as PromptLookupProposer
+    from .sources.recycling import RecyclingProposer as RecyclingProposer, TreeTemplate as TreeTemplate
+    from .sources.suffix import SuffixProposer as SuffixProposer
     from .sources.suffix_trie import SuffixMemory as SuffixMemory
     from .tree import DraftTree as DraftTree
     from .types import EosIds as EosIds, Streamer as Streamer, TokenIds as TokenIds, Tokenizer as Tokenizer

@@ -321,7 +321,7 @@ class Runner:
         return 0 if self.pending is None else self.pending.shape[0]
 
     def details(self) -> list[str]:
-        """What a timing of this runner depends on besides the model (`ladref.fast.timing.describe`): its
+        """What a timing of this runner depends on besides the model (`ladref.pricing.timing.describe`): its
         SDPA kernels, and whether key/value heads are shared by their query heads (`shared_kv_scope`)."""
         return (["sdpa=" + ("+".join(k.name.lower() for k in self.kernels) if self.kernels else "default")]
                 + (["kv_heads=shared"] if self.facts.shared_kv else []))

@@ -6,7 +6,7 @@ draft tokens the tree's children propose for it (see `ladref.verify.verify_chose
 * `SamplingChooser` accepts drafts by rejection sampling, so every token is distributed exactly
   as in ordinary sampling (the argument is in docs/sampling.md);
 * `GreedyChooser` takes the argmax after optional transformers logits processors (used by
-  `ladref.generate` when, e.g., a repetition penalty changes greedy's choice).
+  `ladref.decoders.generate` when, e.g., a repetition penalty changes greedy's choice).
 
 Warping follows transformers' `TemperatureLogitsWarper`, `TopKLogitsWarper` and
 `TopPLogitsWarper`, applied in that order, keeping at least one token.
@@ -19,14 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from typing_extensions import Unpack
 
-from .call import DecodeCall
-from .options import DecodeOptions, accept
-from .results import BatchResult, DecodeResult
-from .rows import decode_prompts
-from .runner import ModelFacts
-from .types import Budget, Prompts, TokenIds
 
 # transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -164,48 +157,3 @@ def chooser_for(options: Mapping[str, Any]) -> Chooser | None:
     """The chooser a call's sampling keywords ask for (`ladref.options.SamplingOptions`; `make_chooser`)."""
     return make_chooser(options.get("do_sample", False), options.get("temperature"), options.get("top_k"),
                         options.get("top_p"), options.get("generator"))
-
-
-@torch.inference_mode()
-def sample_decode(
-    model: torch.nn.Module,
-    input_ids: Prompts,
-    max_new_tokens: Budget = 64,
-    **options: Unpack[DecodeOptions],
-) -> DecodeResult | BatchResult:
-    """Ordinary sampling, one token per forward pass: the distribution lookahead sampling must keep.
-
-    Args:
-        model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
-        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
-        **options: the shared keywords (`ladref.options.DecodeOptions`): ``temperature``, ``top_k``,
-            ``top_p``, ``generator``, ``eos_token_id``, ``tokenizer``, ``streamer``,
-            ``attention_backend``; ``do_sample`` is implied (False is refused).
-
-    Returns:
-        `DecodeResult` with one step per generated token.
-    """
-    accept("sample_decode", options, DecodeOptions)
-    if options.get("do_sample", True) is not True:
-        raise ValueError("sample_decode always samples; for the argmax, call greedy_decode")
-    chooser_for({**options, "do_sample": True})  # the sampling keywords, checked before any row starts
-
-    def one(prompt: TokenIds, new_tokens: int, options: DecodeOptions) -> DecodeResult:
-        chooser = chooser_for({**options, "do_sample": True})
-        call = DecodeCall.begin(model, prompt, new_tokens, 0, options)
-        current = call.runner.prefill(call.prompt, call.stats, defer=True)  # cached in the first pass
-        while not call.sink.done:
-            logits = call.runner.forward(torch.tensor([current]))  # (1, V)
-            current = chooser.choose((), logits[-1], ())
-            call.stats.record(call.sink.extend([current]), 1)
-        return call.finish("sample")
-
-    def many(prompts: list[TokenIds], budgets: list[int], options: DecodeOptions) -> BatchResult:
-        from .batched.loop import decode_batch  # (the batched step imports this module)
-        from .batched.sample import BatchSampler
-
-        sampler = BatchSampler.from_options({**options, "do_sample": True}, ModelFacts.of(model).device)
-        return decode_batch(model, prompts, budgets, options, "sample", sampler=sampler)
-
-    return decode_prompts(input_ids, max_new_tokens, options, one, many)

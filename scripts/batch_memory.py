@@ -20,7 +20,7 @@ torch.set_num_threads({threads})
 from ladref import load_default_model
 from ladref.bench.datasets import SPECBENCH_TASKS, encode_prompts, load_prompts
 from ladref.bench.load import LoadSettings, load_decoders
-from ladref.fast.surface import CostSurface
+from ladref.pricing.surface import CostSurface
 model, tokenizer = load_default_model(device="cpu", dtype=torch.float32)
 per_task = -(-{batch} // len(SPECBENCH_TASKS))
 prompts = load_prompts("specbench", limit=per_task)

@@ -34,8 +34,8 @@ from ladref import (CapturedBatchDecoder, CompiledDecoder, LookaheadConfig, Look
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.bench.runinfo import git_commit
 from ladref.fast.adaptive import default_proposers
-from ladref.fast.cost import CostModel
-from ladref.fast.surface import CostSurface
+from ladref.pricing.cost import CostModel
+from ladref.pricing.surface import CostSurface
 
 SOURCES = {"captured greedy": lambda model: [], "captured lookahead": lambda model: [LookaheadProposer(LookaheadConfig(4, 4, 4))],
            "captured prompt lookup": lambda model: [PromptLookupProposer(4)],

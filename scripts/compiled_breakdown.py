@@ -6,7 +6,7 @@ packed weights, widths 1..64 in one program), with Inductor's kernel profiling s
 Such a package is not the library's, and its file name does not say so, so it is built in a folder
 of its own (`--compile-dir`, a fresh temporary folder by default), never a decoder's `compile_dir`.
 
-A step of q tokens at 512 cached tokens (the runner's own `forward`, as `ladref.fast.timing.measure_steps`
+A step of q tokens at 512 cached tokens (the runner's own `forward`, as `ladref.pricing.timing.measure_steps`
 runs it) is timed without the profiler, then run under it; kernel times are summed per part (each
 GEMM by its shape, the rest by the operations Inductor fused into it) and set beside the least
 time this machine allows the part, max(bytes read / bandwidth, FLOPs / GEMM rate), both measured

@@ -19,7 +19,7 @@ import torch
 from ladref import load_default_model
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.fast.compiled import CompiledAdaptiveDecoder
-from ladref.fast.policy import DraftPolicy
+from ladref.pricing.policy import DraftPolicy
 from ladref.fast.static import StaticRunner
 from ladref.sources.lookahead import LookaheadProposer
 from ladref.sources.prompt_lookup import PromptLookupProposer

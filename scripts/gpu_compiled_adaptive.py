@@ -22,7 +22,7 @@ from ladref.bench.agreement import first_divergence, greedy_gap_at
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.fast.adaptive import AdaptiveDecoder, remembering_proposers
 from ladref.fast.compiled import CompiledAdaptiveDecoder
-from ladref.fast.cost_cache import CostCache
+from ladref.pricing.cost_cache import CostCache
 
 
 def main() -> None:

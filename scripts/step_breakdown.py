@@ -27,7 +27,7 @@ import torch
 
 from ladref import load_default_model
 from ladref.fast.static import StaticRunner
-from ladref.fast.timing import measure_steps
+from ladref.pricing.timing import measure_steps
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
 

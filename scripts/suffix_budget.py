@@ -23,9 +23,10 @@ import torch
 from ladref import load_default_model
 from ladref.bench.multi import MultiRow, TimedSuffix, conversations, run_multi
 from ladref.bench.multi_report import summarize_multi
-from ladref.greedy import greedy_decode
-from ladref.sources.recycling import RecyclingProposer, recycling_decode
-from ladref.sources.suffix import suffix_decode
+from ladref.decoders.greedy import greedy_decode
+from ladref.sources.recycling import RecyclingProposer
+from ladref.decoders.methods import recycling_decode
+from ladref.decoders.methods import suffix_decode
 from ladref.sources.suffix_trie import SuffixMemory
 
 BUDGETS = [(16, 1.0, 12, 0.1, False), (32, 2.0, 12, 0.1, False), (80, 4.0, 16, 0.1, False), (80, 8.0, 24, 0.1, False),

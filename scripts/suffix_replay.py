@@ -42,7 +42,7 @@ def collect(workload: str, limit: int, path: str) -> None:
     """Decode the workload's requests in order with greedy (`run_multi`); save [{"prompt": ids, "output": ids}, ...]."""
     from ladref import load_default_model
     from ladref.bench.multi import MultiRow, conversations, run_multi
-    from ladref.greedy import greedy_decode
+    from ladref.decoders.greedy import greedy_decode
 
     model, tokenizer = load_default_model("cpu", torch.float32)
     requests = []

@@ -36,7 +36,7 @@ def one_thread():
 
 @pytest.fixture(autouse=True, scope="session")
 def user_cache_folder(tmp_path_factory):
-    """The user's cache folder (`ladref.fast.cost_cache.default_cache_path`: measured cost curves) is a fresh
+    """The user's cache folder (`ladref.pricing.cost_cache.default_cache_path`: measured cost curves) is a fresh
     temporary one for the test run, so tests neither read nor write the real one; subprocesses inherit it."""
     with pytest.MonkeyPatch.context() as patch:
         folder = tmp_path_factory.mktemp("user-cache")

@@ -13,8 +13,8 @@ from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, voc
 
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, greedy_decode, lookahead_decode
 from ladref.fast.adaptive import AdaptiveDecoder, adaptive_decode
-from ladref.fast.cost import CostModel
-from ladref.fast.policy import DraftPolicy, Load, PolicySettings
+from ladref.pricing.cost import CostModel
+from ladref.pricing.policy import DraftPolicy, Load, PolicySettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FLAT = CostModel.flat(256)  # a launch-bound GPU: any width costs one step
@@ -211,7 +211,7 @@ def test_acceptance_is_learned_apart_per_grade_of_evidence():
 
 
 def test_sources_that_disagree_cannot_promise_more_than_one_child():
-    from ladref.fast.acceptance import exclusive
+    from ladref.pricing.acceptance import exclusive
 
     tree = DraftTree.from_paths([[1, 2], [3], [4]], "a")  # root children 1, 3, 4; node 2 below 1
     value = torch.tensor([0.8, 0.4, 0.6, 0.6], dtype=torch.float64)  # nodes: 1, 2, 3, 4 (topological)

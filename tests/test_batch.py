@@ -13,9 +13,9 @@ from test_sampling import ALPHA, PROMPT, chi_square_p, exact_joint, joint_counts
 from ladref import (BatchResult, DecodeResult, DraftTree, JacobiProposer, LookaheadConfig, PromptLookupProposer, adaptive_decode,
                     draft_decode, greedy_decode, jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode,
                     sample_decode, suffix_decode)
-from ladref.fast.cost import CostModel
-from ladref.fast.policy import DraftPolicy, Load
-from ladref.fast.surface import CostSurface
+from ladref.pricing.cost import CostModel
+from ladref.pricing.policy import DraftPolicy, Load
+from ladref.pricing.surface import CostSurface
 from ladref.sampling import Warp
 
 BATCHED = {

@@ -16,8 +16,8 @@ from ladref.batched.loop import decode_batch
 from ladref.batched.policy import BatchPolicy
 from ladref.batched.sources.jacobi import BatchJacobi
 from ladref.batched.state import BatchState
-from ladref.fast.policy import DraftPolicy, Load, PolicySettings
-from ladref.fast.surface import CostSurface
+from ladref.pricing.policy import DraftPolicy, Load, PolicySettings
+from ladref.pricing.surface import CostSurface
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 NAMES = ("prompt_lookup", "lookahead", "recycling")
@@ -80,7 +80,7 @@ def test_a_batchs_policy_judges_its_proposals_as_the_texts_grow(captured):
     prior. (Its `seen` once aliased the state's lengths, which every commit moves in place: then no
     node was ever judged, and every choice was the prior's.)"""
     from ladref import CapturedBatchDecoder, JacobiProposer
-    from ladref.fast.cost import CostModel
+    from ladref.pricing.cost import CostModel
 
     model, batch = tiny_model("llama", 16, 0), [[1, 2, 3], [4, 5], [7, 1]]  # its greedy texts cycle: Jacobi's guesses converge
     surface = CostSurface.of(CostModel.from_ratios({1: 1.0, 128: 1.001}))  # drafting free: every step drafts

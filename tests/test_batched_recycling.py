@@ -19,7 +19,8 @@ from ladref.batched.loop import decode_batch
 from ladref.batched.sources.recycling import BatchRecycling
 from ladref.batched.state import BatchState
 from ladref.proposer import StepOutcome
-from ladref.sources.recycling import RecyclingProposer, TreeTemplate, recycling_decode
+from ladref.sources.recycling import RecyclingProposer, TreeTemplate
+from ladref.decoders.methods import recycling_decode
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

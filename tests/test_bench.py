@@ -215,7 +215,7 @@ def test_command_line_names_and_defaults(tmp_path):
 
 def test_demo_verdict_follows_the_measured_ratio_not_the_prediction():
     from ladref.bench.demo import verdict
-    from ladref.fast.cost import CostModel
+    from ladref.pricing.cost import CostModel
     from ladref.results import DecodeResult, DecodeStats
 
     stats = DecodeStats()
@@ -230,7 +230,7 @@ def test_demo_verdict_follows_the_measured_ratio_not_the_prediction():
 
 def test_demo_predicts_each_call_from_the_curve_and_withholds_a_verdict_the_curve_contradicts():
     from ladref.bench.demo import agreement, budget_note, predicted_seconds
-    from ladref.fast.cost import CostModel
+    from ladref.pricing.cost import CostModel
     from ladref.results import DecodeResult, DecodeStats
 
     cost = CostModel((1, 8), (10, 20), ((0.1, 0.2), (0.3, 0.6)))  # t doubles from q = 1 to 8, triples from kv 10 to 20
@@ -504,7 +504,7 @@ class _ChatTokenizer:
 def test_multi_request_rows_keep_their_memories_across_requests_and_match_greedy(tmp_path):
     from ladref.bench.multi import MULTI_METHODS, Conversation, canonical_multi_method, conversations, multi_rows, run_multi
     from ladref.bench.multi_report import multi_markdown, plot_multi, summarize_multi
-    from ladref.fast.cost import CostModel
+    from ladref.pricing.cost import CostModel
 
     model = tiny_model("llama", 8, 1)
     chats = [Conversation("a", ("abcabd", "bcd")), Conversation("b", ("cabdab",)), Conversation("c", ("abcabd", "dd"))]

@@ -11,7 +11,7 @@ from ladref import (AdaptiveDecoder, BatchResult, DecodeResult, DecodeStats, Dra
                     LookaheadConfig, PromptLookupProposer, SuffixProposer, adaptive_decode, draft_decode, greedy_decode,
                     jacobi_decode, lookahead_decode, lookahead_generator, prompt_lookup_decode, recycling_decode,
                     sample_decode, suffix_decode)
-from ladref.fast.cost import CostModel
+from ladref.pricing.cost import CostModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

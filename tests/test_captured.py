@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
 
-from ladref.fast.cost import CostModel
+from ladref.pricing.cost import CostModel
 from ladref.batched.program import program_cost
-from ladref.fast.surface import CostSurface
+from ladref.pricing.surface import CostSurface
 from ladref import (CapturedBatchDecoder, JacobiProposer, LookaheadConfig, LookaheadProposer, PromptLookupProposer,
                     RecyclingProposer, SuffixMemory, SuffixProposer, greedy_decode)
 

@@ -18,8 +18,8 @@ from test_sampling import ALPHA, chi_square_p
 from ladref import CapturedBatchDecoder, JacobiProposer, LookaheadConfig, LookaheadProposer, PromptLookupProposer
 from ladref.batched.noise import KeyedNoise, mix32
 from ladref.batched.sample import KeyedSampler
-from ladref.fast.cost import CostModel
-from ladref.fast.surface import CostSurface
+from ladref.pricing.cost import CostModel
+from ladref.pricing.surface import CostSurface
 from ladref.sampling import Warp
 
 pytestmark = pytest.mark.usefixtures("one_thread")

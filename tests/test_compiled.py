@@ -29,9 +29,9 @@ from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.step import draft_step
 from ladref.runner import ModelRunner, guard_static_cache
-from ladref.fast.compiling import compile_scope
+from ladref.pricing.compiling import compile_scope
 from ladref.fast.compiled import CompiledAdaptiveDecoder
-from ladref.fast.cost_cache import CostCache
+from ladref.pricing.cost_cache import CostCache
 from ladref.fast.static import StaticRunner, static_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")

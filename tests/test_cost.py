@@ -1,4 +1,4 @@
-"""The cost model (ladref.fast.cost): validation, interpolation, measuring real steps, the session cache.
+"""The cost model (ladref.pricing.cost): validation, interpolation, measuring real steps, the session cache.
 
 No timing is asserted (timed tests are flaky on a shared machine): the measured values are only
 checked to be positive and finite; what the curve looks like is a benchmark's business.
@@ -12,8 +12,8 @@ import pytest
 import torch
 from strategies import build_tiny, tiny_model
 
-from ladref.fast.cost import CPU_WIDTHS, CostModel, default_widths
-from ladref.fast.cost_cache import CostCache
+from ladref.pricing.cost import CPU_WIDTHS, CostModel, default_widths
+from ladref.pricing.cost_cache import CostCache
 from ladref.runner import ModelRunner
 from ladref.fast.static import StaticRunner
 
@@ -195,7 +195,7 @@ def test_the_bench_command_prints_and_plots_a_curve(tmp_path):
 def test_a_curve_is_measured_in_protocol_rounds_and_one_that_never_settles_is_flagged():
     from ladref.bench.cost import cost_protocol, curve_rounds
     from ladref.bench.protocol import Protocol
-    from ladref.fast.surface import CostSurface
+    from ladref.pricing.surface import CostSurface
 
     model = tiny_model("llama", 16, 0)
     measured = []

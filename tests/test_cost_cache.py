@@ -1,4 +1,4 @@
-"""Where measured cost curves are kept (`ladref.fast.cost_cache.CostCache`): a cache passed in is used, a file
+"""Where measured cost curves are kept (`ladref.pricing.cost_cache.CostCache`): a cache passed in is used, a file
 is written, a second decoder measures nothing, and a broken file never stops a decode.
 
 Every check counts forward passes, never time: a decode spends one pass per step (the first runs
@@ -17,7 +17,7 @@ from test_cost import count_passes
 
 from ladref import CompiledAdaptiveDecoder
 from ladref.fast.adaptive import AdaptiveDecoder, adaptive_decode
-from ladref.fast.cost_cache import CostCache, default_cache_path
+from ladref.pricing.cost_cache import CostCache, default_cache_path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 1, 2]
@@ -116,9 +116,9 @@ def test_bad_cache_arguments_are_refused_clearly(tmp_path):
     (tmp_path / "notes.json").write_text("not json at all")
     with pytest.raises(ValueError, match="notes.json is not a ladref.cost/1 cache file"):
         CostCache(tmp_path / "notes.json")
-    with pytest.raises(TypeError, match="cache must be a ladref.fast.cost_cache.CostCache, got str"):
+    with pytest.raises(TypeError, match="cache must be a ladref.pricing.cost_cache.CostCache, got str"):
         adaptive_decode(model, PROMPT, 4, cache=str(tmp_path / "costs.json"))
-    with pytest.raises(TypeError, match="cache must be a ladref.fast.cost_cache.CostCache, got dict"):
+    with pytest.raises(TypeError, match="cache must be a ladref.pricing.cost_cache.CostCache, got dict"):
         CompiledAdaptiveDecoder(model, max_lengths=64, widths=(1, 4), mode=None, cache={})
     assert bool(CostCache()) and len(CostCache()) == 0  # empty, and still a cache
 

@@ -11,7 +11,7 @@ from strategies import build_tiny, hf_greedy
 
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer
 from ladref.course_choice import CostAwareChoice
-from ladref.decode import decode_with_proposers
+from ladref.decoders.draft import decode_with_proposers
 from ladref.proposer import MAX_DRAFT_DEPTH
 from ladref.step import DraftBudget
 

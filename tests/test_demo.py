@@ -23,7 +23,7 @@ from ladref.bench.demo_rounds import (
     timed_rounds,
 )
 from ladref.bench.demo_verdict import curve_noise, draft_cost_line, monotone_fit, verdict, withheld
-from ladref.fast.cost import CostModel
+from ladref.pricing.cost import CostModel
 from ladref.results import DecodeResult, DecodeStats
 
 PROMPT = torch.tensor([[1, 2, 3]])

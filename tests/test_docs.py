@@ -233,7 +233,7 @@ def test_mkdocs_build_strict(tmp_path, executed_tutorials):
     assert all(f"Task {t}" in assignments for t in ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6"))  # every handout
     assert "<!-- course-kit" not in assignments
     first = re.search(r'id="(ladref\.[\w.]+)"', api).group(1)
-    assert first == "ladref.greedy.greedy_decode", f"the Decoders page opens with {first}"
+    assert first == "ladref.decoders.greedy.greedy_decode", f"the Decoders page opens with {first}"
     anchors = re.findall(r'id="(ladref\.[\w.]+)"', api)
     exported = [a for a in anchors if a in set(exported_names())]
     internal = [a for a in anchors if a.rsplit(".", 1)[-1] in ("run_greedy", "jacobi_iteration", "generate_lookahead")]

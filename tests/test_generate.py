@@ -18,7 +18,7 @@ from transformers import (
 from transformers.generation.streamers import BaseStreamer
 
 from ladref import LookaheadConfig, lookahead_decode
-from ladref.generate import lookahead_generator
+from ladref.decoders.generate import lookahead_generator
 from ladref.sampling import Warp
 
 CONFIG = LookaheadConfig(window_size=3, ngram_size=3, max_candidates=4)

@@ -1,8 +1,9 @@
 """The package's shape: a core a student reads, a bench package a student runs.
 
-The library (``ladref/*.py``, the draft sources in ``ladref/sources/``, the fast paths in
-``ladref/fast/``) never imports ``ladref.bench``, its modules import each other without a cycle,
-and only ``ladref/runner.py`` reaches past transformers' public namespaces.
+The library (every module of ``ladref/`` but ``ladref/bench/``) never imports ``ladref.bench``;
+its modules import each other without a cycle, lazy imports included, and so do its rooms (the
+core, ``sources``, ``pricing``, ``batched``, ``decoders``, ``fast``); only ``ladref/runner.py``
+reaches past transformers' public namespaces.
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = {"": "the core and its plumbing", "sources": "where drafts come from", "fast": "cost, policy and compiled paths"}
-# every library module (__main__ only forwards to the CLI)
-CORE = sorted(p for room in ROOMS for p in (ROOT / "ladref" / room).glob("*.py") if p.stem != "__main__")
+# the rooms, in the order they may import each other (a room imports only rooms before it)
+ROOMS = {"": "the core and its plumbing", "sources": "where drafts come from", "pricing": "what steps cost, which drafts pay",
+         "batched": "the batched engine", "decoders": "the decoders a user calls", "fast": "adaptive and compiled paths"}
+# the modules the reading map names (__main__ only forwards to the CLI)
+CORE = sorted(p for room in ("", "sources", "decoders", "pricing", "fast") for p in (ROOT / "ladref" / room).glob("*.py")
+              if p.stem != "__main__")
+# every library module: the reading map's and the batched engine's
+LIBRARY = sorted({*CORE, *(ROOT / "ladref" / "batched").rglob("*.py")})
 
 
 def dotted(path: Path) -> str:
@@ -60,7 +66,7 @@ def test_a_building_block_imports_without_transformers_and_every_public_name_res
             "import ladref; names = [getattr(ladref, n) for n in ladref.__all__]; print('transformers' in sys.modules)\n"
             "print(sorted(set(ladref.__all__) - set(dir(ladref))), ladref.lookahead_decode.__module__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.split("\n")
-    assert out[:3] == ["False", "True", "[] ladref.sources.lookahead"], out
+    assert out[:3] == ["False", "True", "[] ladref.decoders.methods"], out
     import ladref
 
     with pytest.raises(AttributeError, match="no attribute 'lookahead_decoder'"):
@@ -80,7 +86,7 @@ def test_every_public_name_is_an_explicit_re_export():
 
 
 def test_no_core_module_imports_bench_even_lazily():
-    offenders = {p.name: sorted(n for n in imports(p) if n.startswith("ladref.bench")) for p in CORE}
+    offenders = {p.name: sorted(n for n in imports(p) if n.startswith("ladref.bench")) for p in LIBRARY}
     assert not {k: v for k, v in offenders.items() if v}
 
 
@@ -91,23 +97,55 @@ def test_nothing_at_the_top_imports_the_fast_paths():
     assert not {k: v for k, v in offenders.items() if v}
 
 
-def test_core_import_graph_has_no_cycle():
-    names = {dotted(p) for p in CORE if p.stem != "__init__"}
-    graph = {dotted(p): {n for n in imports(p) if n in names} - {dotted(p)} for p in CORE if p.stem != "__init__"}
-    visiting, done = set(), set()
+def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` ({node: the nodes it imports}) as a path, or None (depth-first search)."""
+    visiting, done = [], set()
 
-    def visit(node: str, path: tuple[str, ...]) -> None:
-        assert node not in visiting, f"import cycle: {' -> '.join(path + (node,))}"
+    def visit(node: str) -> list[str] | None:
+        if node in visiting:
+            return visiting[visiting.index(node):] + [node]
         if node in done:
-            return
-        visiting.add(node)
-        for child in graph.get(node, ()):
-            visit(child, path + (node,))
-        visiting.discard(node)
+            return None
+        visiting.append(node)
+        for child in sorted(graph.get(node, ())):
+            if found := visit(child):
+                return found
+        visiting.pop()
         done.add(node)
+        return None
 
-    for node in graph:
-        visit(node, ())
+    return next((found for node in sorted(graph) if (found := visit(node))), None)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """{library module: the library modules it imports, anywhere in the file (lazy imports too)}."""
+    names = {dotted(p) for p in LIBRARY if p.stem != "__init__"} | {dotted(p) for p in LIBRARY}
+    return {dotted(p): {n for n in imports(p) if n in names} - {dotted(p)} for p in LIBRARY}
+
+
+def room(module: str) -> str:
+    """The room of a library module: "ladref.batched.sources.pool" -> "batched", "ladref.step" -> ""."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (ROOT / "ladref" / parts[-1]).is_dir() else ""
+
+
+def test_the_library_import_graph_has_no_cycle_even_through_lazy_imports():
+    graph = module_graph()
+    graph = {m: {n for n in targets if not n.startswith(m + ".")} for m, targets in graph.items()}  # a package's own submodules
+    assert first_cycle(graph) is None, f"import cycle: {' -> '.join(first_cycle(graph))}"
+    assert first_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the search finds one
+
+
+def test_each_room_imports_only_the_rooms_before_it():
+    order = list(ROOMS)
+    for module, targets in module_graph().items():
+        if module == "ladref":
+            continue  # the package's __init__ only re-exports, each name imported on first use
+        for target in targets:
+            if target == "ladref":
+                continue
+            mine, theirs = order.index(room(module)), order.index(room(target))
+            assert theirs <= mine, f"{module} ({ROOMS[room(module)]}) imports {target} ({ROOMS[room(target)]})"
 
 
 def test_only_the_runner_touches_transformers_internals():
@@ -122,10 +160,10 @@ def test_the_rooms_hold_what_their_docstrings_say():
     package's reading map names every module of the library."""
     import ladref
 
-    for room in ("sources", "fast"):
-        doc = (ROOT / "ladref" / room / "__init__.py").read_text()
-        for path in (ROOT / "ladref" / room).glob("*.py"):
-            assert path.stem == "__init__" or f"`{path.stem}`" in doc, f"ladref/{room}/__init__.py leaves out {path.stem}"
+    for name in ("sources", "pricing", "decoders", "fast"):
+        doc = (ROOT / "ladref" / name / "__init__.py").read_text()
+        for path in (ROOT / "ladref" / name).glob("*.py"):
+            assert path.stem == "__init__" or f"`{path.stem}`" in doc, f"ladref/{name}/__init__.py leaves out {path.stem}"
     for path in CORE:
         assert path.stem in ("__init__", "__main__") or f"`{dotted(path)}`" in ladref.__doc__, f"the reading map leaves out {dotted(path)}"
 

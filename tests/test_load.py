@@ -9,7 +9,7 @@ from ladref import greedy_decode
 from ladref.bench.engines import ChainController, chain_decode, threshold_decode
 from ladref.bench.load import LoadSettings, canonical_load_method, predict, run_load
 from ladref.bench.load_report import GPU_SHAPED, load_markdown, plot_load
-from ladref.fast.surface import CostSurface
+from ladref.pricing.surface import CostSurface
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 BATCH = [[1, 2, 3], [4, 5], [7, 1], [9], [2, 2, 8], [11, 3]]

@@ -29,8 +29,8 @@ from strategies import build_tiny
 from ladref import CompiledAdaptiveDecoder, CompiledDecoder, greedy_decode
 from ladref.bench.cli import main
 from ladref.fast import precompiled
-from ladref.fast.cost import CostModel
-from ladref.fast.cost_cache import CostCache
+from ladref.pricing.cost import CostModel
+from ladref.pricing.cost_cache import CostCache
 from ladref.fast.package_record import package_name, package_problem, package_record, read_package_record, weights_digest
 from ladref.fast.static import StaticRunner
 from ladref.results import DecodeStats

@@ -20,8 +20,8 @@ from ladref import CapturedBatchDecoder
 from ladref.batched.drafts import Drafts
 from ladref.batched.resident import Resident
 from ladref.batched.state import BatchState
-from ladref.fast.cost import CostModel
-from ladref.fast.surface import CostSurface
+from ladref.pricing.cost import CostModel
+from ladref.pricing.surface import CostSurface
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

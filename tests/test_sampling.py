@@ -22,7 +22,8 @@ from transformers import (
 )
 
 from ladref import DraftTree, LookaheadConfig, PromptLookupProposer, RecyclingProposer, TreeTemplate, greedy_decode, lookahead_decode
-from ladref.sampling import SamplingChooser, Warp, make_chooser, sample_decode
+from ladref.sampling import SamplingChooser, Warp, make_chooser
+from ladref.decoders.sample import sample_decode
 from ladref.verify import verify_chosen
 
 PROMPT = [0, 7, 0, 4, 0, 5, 7, 0, 2, 0]  # token 0 has four pool n-grams with distinct next tokens
@@ -253,8 +254,8 @@ def _sampled_adaptively(static: bool, chooser_factory, draws: int, k: int = 2) -
     not compiled: the same padded steps), one runner for all draws as there."""
     from ladref.fast.adaptive import PolicyChoice
     from ladref.call import TokenSink
-    from ladref.fast.cost import CostModel
-    from ladref.fast.policy import DraftPolicy
+    from ladref.pricing.cost import CostModel
+    from ladref.pricing.policy import DraftPolicy
     from ladref.step import run_drafting
     from ladref.results import DecodeStats
     from ladref.runner import ModelRunner

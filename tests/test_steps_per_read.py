@@ -23,7 +23,7 @@ from ladref.batched.sources.jacobi import BatchJacobi
 from ladref.batched.sources.lookahead import BatchLookahead
 from ladref.batched.sources.lookup import BatchPromptLookup
 from ladref.batched.sources.recycling import BatchRecycling
-from ladref.fast.surface import CostSurface
+from ladref.pricing.surface import CostSurface
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -29,8 +29,8 @@ from ladref import (
     greedy_decode,
     suffix_decode,
 )
-from ladref.fast.cost import CostModel
-from ladref.fast.surface import CostSurface
+from ladref.pricing.cost import CostModel
+from ladref.pricing.surface import CostSurface
 from ladref.sampling import SamplingChooser, Warp
 from ladref.sources.suffix_trie import SuffixTrie, grow
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from strategies import tiny_model
 
-import ladref.fast.timing as timing
+import ladref.pricing.timing as timing
 from ladref import greedy_decode
 from ladref.fast.adaptive import AdaptiveDecoder
-from ladref.fast.cost import CostModel
-from ladref.fast.cost_cache import CostCache
-from ladref.fast.surface import CostSurface, batch_curve, batches_up_to, cached_surface
+from ladref.pricing.cost import CostModel
+from ladref.pricing.cost_cache import CostCache
+from ladref.pricing.surface import CostSurface, batch_curve, batches_up_to, cached_surface
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -82,7 +82,7 @@ def test_a_cached_surface_is_measured_once(monkeypatch):
         calls.append(args[2])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("ladref.fast.surface.measure_batch_steps", counted)
+    monkeypatch.setattr("ladref.pricing.surface.measure_batch_steps", counted)
     first = cached_surface(cache, model, (1, 2), widths=(1, 2), kv_lengths=(4,), repeats=1)
     again = cached_surface(cache, model, (1, 2, 4), widths=(1, 2), kv_lengths=(4,), repeats=1)
     assert calls == [1, 2, 4] and again.models[:2] == first.models

@@ -75,7 +75,7 @@ print("one pass reproduces greedy:", predicted.tolist() == greedy.token_ids)
 # argmax after each token, `o_0 .. o_m`. `o_0` is exact (its context is all known). Guess `g_i`
 # has **converged** when it equals `o_{i-1}` and all guesses before it converged; then `o_i` is
 # exact too. We commit the converged guesses plus the next exact prediction, and the remaining
-# predictions become the next guess. This is the loop of `ladref.sources.jacobi.jacobi_decode`, unrolled.
+# predictions become the next guess. This is the loop of `ladref.decoders.methods.jacobi_decode`, unrolled.
 
 # %%
 m = 8

@@ -1,7 +1,7 @@
 """Probes of task 2.3: a cost-aware step choice, judged by the modelled time of the decodes it drives.
 
 Each case decodes a prompt with a tiny float64 model (`strategies.build_tiny`) and lookahead
-and/or prompt-lookup proposers (`ladref.decode.decode_with_proposers`), the submission's
+and/or prompt-lookup proposers (`ladref.decoders.draft.decode_with_proposers`), the submission's
 ``CostAwareChoice(cost)`` choosing every step; ``cost(q, kv)`` prices a pass on the case's
 surface, CPU-like (growing with q from the first token, and with kv) or GPU-like (flat up to a
 knee of 64 to 256 tokens, then linear). The answer is the tokens and each step's
@@ -26,7 +26,7 @@ from strategies import ARCHITECTURES, build_tiny
 
 from ladref import LookaheadConfig, LookaheadProposer, PromptLookupProposer
 from ladref.course_choice import CostAwareChoice
-from ladref.decode import decode_with_proposers
+from ladref.decoders.draft import decode_with_proposers
 from ladref.proposer import MAX_DRAFT_DEPTH, merge_all
 from ladref.tree import DraftTree
 

@@ -1,4 +1,4 @@
-"""Acceptance, learned for every row of a batch at once: `ladref.fast.acceptance` as tensors.
+"""Acceptance, learned for every row of a batch at once: `ladref.pricing.acceptance` as tensors.
 
 Each row keeps its own rates, per (source, evidence, depth, sibling rank): how often a draft node
 whose parent was right turned out right too, as Beta counts in a (B, K) table. Every step's
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..fast.policy import PolicySettings
+from ..pricing.policy import PolicySettings
 from .drafts import Merged, path_code
 
 EVIDENCE, RANKS = 17, 16  # grades 0..16 and sibling ranks 0..15 are kept apart; larger ones share the last
@@ -47,7 +47,7 @@ class Acceptance:
 
     Args:
         rows: B; sources: S; depth: the deepest node any source drafts.
-        settings: the prior and the window's source (`ladref.fast.policy.PolicySettings`).
+        settings: the prior and the window's source (`ladref.pricing.policy.PolicySettings`).
         window_source: the index of the source whose drafts the window keeps fresh (-1: none).
         device: the model's.
     """

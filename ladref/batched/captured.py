@@ -40,9 +40,9 @@ from ..proposer import Proposer, step_needs
 from ..results import BatchResult
 from ..rows import per_row
 from ..runner import check_model
-from ..fast.compiling import check_mode, compile_own, compile_scope
-from ..fast.policy import PolicySettings
-from ..fast.surface import CostSurface
+from ..pricing.compiling import check_mode, compile_own, compile_scope
+from ..pricing.policy import PolicySettings
+from ..pricing.surface import CostSurface
 from .loop import _results, check_rows
 from .policy import BatchPolicy
 from .program import captured_step, check_node_widths, check_settings, each_program, program_cost
@@ -69,7 +69,7 @@ class CapturedBatchDecoder:
         steps_per_read: k, the captured steps between two reads from the device.
         draft_budget: the most draft nodes a row feeds a step (its first ones, parents before
             children: `FeedAll`); None: every proposed node. A smaller step for a larger batch.
-        cost: a `ladref.fast.surface.CostSurface` (`measure` times this decoder's own programs):
+        cost: a `ladref.pricing.surface.CostSurface` (`measure` times this decoder's own programs):
             adaptive decoding. Each row's nodes and window are chosen on the device
             (`ladref.batched.policy.BatchPolicy`, a step priced at M slots) at the end of the step
             before; the step runs at the narrowest captured width that holds the widest row's choice.

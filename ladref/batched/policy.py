@@ -1,6 +1,6 @@
 """Adaptive decoding on a batch: every row's drafts and window chosen by tensor operations over the rows.
 
-`ladref.fast.policy.DraftPolicy` for B rows at once. Each row values its proposed nodes by its
+`ladref.pricing.policy.DraftPolicy` for B rows at once. Each row values its proposed nodes by its
 learned acceptance (`ladref.batched.acceptance`), made consistent between siblings (`exclusive`),
 and feeds the b most valuable (a tree: a child is never worth more than its parent) and the window
 or not, to maximise the pass's expected tokens per second on the measured surface at this batch:
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..fast.policy import PolicySettings
-from ..fast.surface import CostSurface
+from ..pricing.policy import PolicySettings
+from ..pricing.surface import CostSurface
 from .acceptance import Acceptance
 from .drafts import Merged
 from .source import Outcome
@@ -27,7 +27,7 @@ from .state import BatchState
 
 
 def exclusive(merged: Merged, value: torch.Tensor) -> torch.Tensor:
-    """`ladref.fast.acceptance.exclusive` on every row's merged trie: a node's children's values sum
+    """`ladref.pricing.acceptance.exclusive` on every row's merged trie: a node's children's values sum
     to at most its own, siblings (and with them their subtrees) scaled down to it. (B, n) in and out."""
     rows, n, _ = merged.table.shape
     canon = torch.cat([merged.canonical, torch.full_like(merged.canonical[:, :1], n)], dim=1)
@@ -49,7 +49,7 @@ class BatchPolicy:
     """The `ladref.batched.source.BatchChoice` of adaptive decoding on a batch.
 
     Args:
-        surface: t(q, kv, B) of this machine (`ladref.fast.surface.CostSurface`).
+        surface: t(q, kv, B) of this machine (`ladref.pricing.surface.CostSurface`).
         rows: B; names: the sources' names, in their slot order; depth: the deepest node.
         settings: priors and the window's source (`PolicySettings`; calibration is not used in a batch).
         device: the model's.

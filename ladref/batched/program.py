@@ -5,7 +5,7 @@ then the next step's plan) as one function of tensors, its shapes fixed by the h
 draft nodes fed and whether the window is). It plans the next step at its end, so the shape the
 host reads between steps is that of the plan the next step runs, chosen after this step's outcome.
 `ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs it. The helpers here say
-what it can take (`capturable`, `check_node_widths`), which programs it runs (`program_shapes`),
+what it can take (the sources whose forms keep one shape, `check_settings`; `check_node_widths`), which programs it runs (`program_shapes`),
 and run and price them (`each_program`, `program_cost`).
 """
 
@@ -19,11 +19,12 @@ import torch
 
 from ..call import sync
 from ..config import check_int
-from ..fast.cost import CostModel
-from ..fast.surface import CostSurface
+from ..pricing.cost import CostModel
+from ..pricing.surface import CostSurface
 from ..proposer import Proposer, check_proposers
 from .loop import step_log
 from .resident import assign
+from .sources import batch_form, fixed_shape_references
 from .state import BatchState
 from .step import BatchStep, Plan
 
@@ -98,30 +99,21 @@ def check_settings(proposers: Sequence[Proposer], max_length: int, steps_per_rea
                    cost: CostSurface | None) -> list[Proposer]:
     """`CapturedBatchDecoder`'s arguments checked (TypeError or ValueError naming the problem); the proposers."""
     proposers = check_proposers(list(proposers)) if proposers else []
-    captured = capturable()
     for proposer in proposers:
-        if type(proposer) not in captured:
+        form = batch_form(proposer)
+        if form is None or not form.fixed_shape:
+            takes = ", ".join(reference.__name__ for reference in fixed_shape_references())
             raise TypeError(f"{type(proposer).__name__} cannot be captured: its drafts change shape (or live on the host); "
-                            f"captured steps take {', '.join(c.__name__ for c in captured)}")
+                            f"captured steps take {takes}")
     check_int("max_length", max_length, 2)
     check_int("steps_per_read", steps_per_read, 1)
     if draft_budget is not None:
         check_int("draft_budget", draft_budget, 1)
     if cost is not None and not isinstance(cost, CostSurface):
-        raise TypeError(f"cost must be a CostSurface (ladref.fast.surface), got {type(cost).__name__}")
+        raise TypeError(f"cost must be a CostSurface (ladref.pricing.surface), got {type(cost).__name__}")
     if cost is not None and not proposers:
         raise ValueError("adaptive decoding (cost=...) needs draft sources: pass proposers")
     return proposers
-
-
-def capturable() -> tuple[type, ...]:
-    """The proposers whose batch forms keep one shape from step to step (the only ones a captured step takes)."""
-    from ..sources.jacobi import JacobiProposer
-    from ..sources.lookahead import LookaheadProposer
-    from ..sources.prompt_lookup import PromptLookupProposer
-    from ..sources.recycling import RecyclingProposer
-
-    return JacobiProposer, PromptLookupProposer, LookaheadProposer, RecyclingProposer
 
 
 def captured_step(step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, window: bool, cells: int,

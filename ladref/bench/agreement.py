@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import torch
 
 from ..config import LookaheadConfig
-from ..greedy import greedy_decode
+from ..decoders.greedy import greedy_decode
 from ..results import DecodeStats
 from ..runner import ModelRunner
-from ..sources.jacobi import jacobi_decode
-from ..sources.lookahead import lookahead_decode
+from ..decoders.methods import jacobi_decode
+from ..decoders.methods import lookahead_decode
 
 # top-2 logit gaps counted as near-ties, per dtype: logits of SmolLM2 are ~10-30 in magnitude,
 # where a float16 ulp is 2^-6..2^-5 and a bfloat16 ulp 2^-3..2^-2, so these are ~4-8 ulps.

@@ -3,7 +3,7 @@
 A lookahead step feeds q = (N-1)(W+g) tokens and yields S tokens on average, so its speedup over
 greedy is predicted as ``S * t(1) / t(q)`` with t(q) the time of a q-token forward pass (flat
 while the hardware is underused, as on a GPU; on a CPU it grows within a few tokens:
-docs/cost_model.md). `recommend` measures t(q) with `ladref.fast.cost.CostModel` for a few block sizes
+docs/cost_model.md). `recommend` measures t(q) with `ladref.pricing.cost.CostModel` for a few block sizes
 and, for a few candidate configs, S and the wall-clock time of real decoding with greedy
 interleaved on the same prompts; it recommends the config *measured* fastest among those faster
 than greedy, and greedy decoding (``config=None``) when none was.
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from ..config import LookaheadConfig, check_int
-from ..fast.cost import CostModel
-from ..greedy import greedy_decode
-from ..sources.lookahead import lookahead_decode
+from ..pricing.cost import CostModel
+from ..decoders.greedy import greedy_decode
+from ..decoders.methods import lookahead_decode
 
 DEFAULT_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 # candidates per device type: small windows where wide steps cost more (CPU), wide ones where
@@ -45,7 +45,7 @@ def measure_forward_cost(model: torch.nn.Module, block_sizes: Sequence[int] = DE
                          context: int = 256, repeats: int = 5, attention_backend: str = "auto") -> dict[int, float]:
     """t(q): median of `repeats` forward passes over q new tokens after about `context` cached ones, in seconds.
 
-    `ladref.fast.cost.CostModel.measure` at one KV length (the one way ladref times a step): each pass
+    `ladref.pricing.cost.CostModel.measure` at one KV length (the one way ladref times a step): each pass
     runs on a cache length no other pass of its width used (context, context + 1, ...), so its
     (q, past + q) shape is new, as every decoding step's is; an untimed pass per width first
     absorbs one-time costs (CUDA context, kernel loading).
@@ -66,7 +66,7 @@ def measure_forward_cost(model: torch.nn.Module, block_sizes: Sequence[int] = DE
 def interpolate_cost(costs: dict[int, float], q: float) -> float:
     """t(q) by linear interpolation between measured block sizes (linear extrapolation outside).
 
-    A rule of thumb for a few measured points; `ladref.fast.cost.CostModel` is the cost model decoding
+    A rule of thumb for a few measured points; `ladref.pricing.cost.CostModel` is the cost model decoding
     uses (it refuses widths it has not measured rather than extrapolate).
     """
     if not costs:
@@ -110,7 +110,7 @@ class Recommendation:
 
     Attributes:
         config: the recommended config, or None when greedy decoding is the fastest measured.
-        forward_cost: {q: seconds} at the prompts' context length (`ladref.fast.cost.CostModel.times`).
+        forward_cost: {q: seconds} at the prompts' context length (`ladref.pricing.cost.CostModel.times`).
         rows: every candidate's measurements.
         reason: one sentence saying why.
     """

@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--autotune", action="store_true", help="add the auto-tuned (W, N, G), tuned on prompts outside the benchmarked ones")
     add("--agreement", action="store_true", help="compare outputs (greedy vs generate, jacobi / lookahead vs greedy) instead")
     add("--scaling", action="store_true", help="run the scaling-law sweep (W in 1..16, N in 3,5,7, G=W) instead")
-    add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.fast.cost)")
+    add("--cost", action="store_true", help="measure, print and plot the step-cost curve t(q, kv) instead (ladref.pricing.cost)")
     add_cost_arguments(parser)
     add_multi_arguments(parser)
     add_host_arguments(parser)

@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..fast.cost_cache import read_cache_file
+from ..pricing.cost_cache import read_cache_file
 from ..fast.package_record import PACKAGE_FILE, read_package_record
 from ..fast.precompiled import COST_FILE
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..greedy import greedy_decode
+from ..decoders.greedy import greedy_decode
 from .datasets import Prompt, encode_prompts
 from .measure import BenchSettings, PromptRecord, run_bench
 from .methods import BenchMethod

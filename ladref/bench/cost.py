@@ -3,7 +3,7 @@
     python -m ladref bench --cost --threads 2 --kv-lengths 128,512,1024 --figure docs/img/cost_curve_cpu.png
     python -m ladref bench --cost --batch 1,2,4,8,16 --threads 2 --kv-lengths 128,512   # the surface t(q, kv, B)
 
-The measuring and the model live in the core (`ladref.fast.cost`); this module parses, prints and draws,
+The measuring and the model live in the core (`ladref.pricing.cost`); this module parses, prints and draws,
 and measures the whole curve in the rounds of the measurement protocol (`curve_rounds`).
 """
 
@@ -18,8 +18,8 @@ from typing import TypeVar
 
 import torch
 
-from ..fast.cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
-from ..fast.surface import BATCH_WIDTHS, CostSurface
+from ..pricing.cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
+from ..pricing.surface import BATCH_WIDTHS, CostSurface
 from .figures import log2_axis, panels, save
 from .protocol import Protocol, disturbed, figure, rounds, settled, timed
 

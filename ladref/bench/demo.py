@@ -31,14 +31,14 @@ import torch
 
 from ..config import LookaheadConfig
 from ..fast.adaptive import AdaptiveDecoder, kv_lengths_for
-from ..fast.cost import CostModel, default_widths
-from ..fast.cost_cache import CostCache
-from ..fast.policy import DraftPolicy
-from ..greedy import greedy_decode
+from ..pricing.cost import CostModel, default_widths
+from ..pricing.cost_cache import CostCache
+from ..pricing.policy import DraftPolicy
+from ..decoders.greedy import greedy_decode
 from ..models import chat_ids, load_default_model
 from ..results import DecodeResult
 from ..runner import ModelRunner
-from ..sources.lookahead import lookahead_decode
+from ..decoders.methods import lookahead_decode
 from .demo_rounds import BUSY_LIMIT_S, DEFAULT_TOKENS, QUIET_LIMIT_S, Decode, Probe, Rounds, StepTimes, busy_now, plan_tokens
 from .demo_rounds import probe, steadiness, thread_fit, timed_rounds
 from .demo_verdict import adaptive_reasons, agreement, predicted_seconds, verdict, withheld

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..fast.cost import CostModel
-from ..fast.policy import DraftPolicy
+from ..pricing.cost import CostModel
+from ..pricing.policy import DraftPolicy
 from ..results import DecodeResult
 from .demo_rounds import LOOSE, Rounds
 

@@ -8,10 +8,10 @@ Serving engines decide per batch whether n-gram speculation (prompt lookup) is w
   length) profiled at start-up and the batch's running acceptance rate alpha give each draft
   length k its expected goodput, (1 - alpha^(k+1)) / (1 - alpha) tokens per row per
   t(1 + k, B), and every row drafts the best k (0: none) each step (vLLM's dynamic speculative
-  decoding). The table here is a measured `ladref.fast.surface.CostSurface`.
+  decoding). The table here is a measured `ladref.pricing.surface.CostSurface`.
 
 Both draft with prompt lookup, as the engines' n-gram proposers do, and run on ladref's drafting
-loop (`ladref.decode.decode_with_proposers`): one prompt through a `ladref.step.StepChoice`
+loop (`ladref.decoders.draft.decode_with_proposers`): one prompt through a `ladref.step.StepChoice`
 (`Threshold`, `Chain`), a batch through a `ladref.batched.source.BatchChoice` (`BatchThreshold`,
 `BatchChain`: the same rules as tensor operations over the rows). Their output is greedy's, row by row.
 ladref's own answer is `ladref.adaptive_decode`, which prices trees and windows per row.
@@ -27,8 +27,8 @@ from typing_extensions import Unpack
 from ..batched.drafts import Merged
 from ..batched.source import Outcome
 from ..batched.state import BatchState
-from ..decode import decode_with_proposers
-from ..fast.surface import CostSurface
+from ..decoders.draft import decode_with_proposers
+from ..pricing.surface import CostSurface
 from ..options import DecodeOptions, accept
 from ..proposer import merge_all
 from ..results import BatchResult, DecodeResult

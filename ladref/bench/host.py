@@ -219,7 +219,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_host_command(args: argparse.Namespace) -> int:
     """Measure, print the tables, save ``host_overhead.md`` and ``host_overhead.json`` in ``--out``."""
-    from ..fast.surface import CostSurface
+    from ..pricing.surface import CostSurface
     from .runinfo import default_out, run_meta
 
     try:

@@ -14,7 +14,7 @@ import transformers
 from torch.profiler import ProfilerActivity, profile, record_function
 
 ADAPTIVE_SURFACE = (0.01, 0.00002)
-"""`ladref.fast.surface.CostSurface.roofline`'s (weights_s, token_s): GPU-like, ridge 500 tokens (drafts look cheap)."""
+"""`ladref.pricing.surface.CostSurface.roofline`'s (weights_s, token_s): GPU-like, ridge 500 tokens (drafts look cheap)."""
 READ_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique")
 """Ops (name prefixes) that read a device value back to the host: a scalar read, or an output sized by the data."""
 HOST_CALLS = ("tolist", "numpy", "item")
@@ -59,7 +59,7 @@ def host_decoders() -> dict[str, Decoder]:
     """Each of `ladref.bench.host.HOST_METHODS` as ``decode(model, prompts, new_tokens)``: ladref's a `BatchResult`, generate's ids."""
     from .. import (LookaheadConfig, adaptive_decode, greedy_decode, jacobi_decode, lookahead_decode, prompt_lookup_decode,
                     recycling_decode)
-    from ..fast.surface import CostSurface
+    from ..pricing.surface import CostSurface
 
     surface, no_eos = CostSurface.roofline(*ADAPTIVE_SURFACE), {"eos_token_id": []}
     return {"greedy": lambda m, p, n: greedy_decode(m, p, n, **no_eos),

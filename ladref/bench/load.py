@@ -29,11 +29,11 @@ import torch
 
 from ..config import LookaheadConfig
 from ..fast.adaptive import AdaptiveDecoder
-from ..fast.surface import CostSurface
-from ..greedy import greedy_decode
+from ..pricing.surface import CostSurface
+from ..decoders.greedy import greedy_decode
 from ..results import DecodeResult, DecodeStats
-from ..sources.lookahead import lookahead_decode
-from ..sources.prompt_lookup import prompt_lookup_decode
+from ..decoders.methods import lookahead_decode
+from ..decoders.methods import prompt_lookup_decode
 from .engines import chain_decode, threshold_decode
 from .measure import device_protocol
 from .methods import one_of

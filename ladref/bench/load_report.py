@@ -4,7 +4,7 @@
         --threads 2 --out benchmarks/results --figure docs/img/load_cpu.png
 
 The surface the ``adaptive`` and ``chain`` rows price their steps with is measured first (the
-engines' start-up profile; `ladref.fast.surface.CostSurface.measure`) and saved beside the results.
+engines' start-up profile; `ladref.pricing.surface.CostSurface.measure`) and saved beside the results.
 The figure sets the measured speedups over batched greedy beside those that the same S and step
 widths would give on a GPU-shaped roofline surface: a model, labelled as one.
 """
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..config import LookaheadConfig
-from ..fast.surface import BATCH_WIDTHS, CostSurface
+from ..pricing.surface import BATCH_WIDTHS, CostSurface
 from .datasets import encode_prompts, load_prompts
 from .figures import log2_axis, panels, save
 from .load import LoadRow, LoadSettings, load_dicts, predict, run_load

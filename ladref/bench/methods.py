@@ -44,17 +44,19 @@ from dataclasses import dataclass
 import torch
 
 from ..config import LookaheadConfig
-from ..decode import draft_decode
+from ..decoders.draft import draft_decode
 from ..fast.adaptive import adaptive_decode, default_proposers, remembering_proposers
 from ..fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
 from ..fast.static import DEFAULT_WIDTHS
-from ..greedy import greedy_decode
+from ..decoders.greedy import greedy_decode
 from ..results import DecodeResult
-from ..sources.jacobi import jacobi_decode
-from ..sources.lookahead import lookahead_decode
-from ..sources.prompt_lookup import prompt_lookup_decode
-from ..sources.recycling import RecyclingProposer, recycling_decode
-from ..sources.suffix import SuffixProposer, suffix_decode
+from ..decoders.methods import jacobi_decode
+from ..decoders.methods import lookahead_decode
+from ..decoders.methods import prompt_lookup_decode
+from ..sources.recycling import RecyclingProposer
+from ..decoders.methods import recycling_decode
+from ..sources.suffix import SuffixProposer
+from ..decoders.methods import suffix_decode
 from ..sources.suffix_trie import SuffixMemory
 from .hf import generate_decode, hf_prompt_lookup_decode
 from .state import checkpoint, learned

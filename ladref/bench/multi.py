@@ -31,13 +31,15 @@ import torch
 
 from ..config import LookaheadConfig
 from ..fast.adaptive import AdaptiveDecoder, remembering_proposers
-from ..fast.cost import CostModel
-from ..greedy import greedy_decode
+from ..pricing.cost import CostModel
+from ..decoders.greedy import greedy_decode
 from ..results import DecodeResult
-from ..sources.lookahead import lookahead_decode
-from ..sources.prompt_lookup import prompt_lookup_decode
-from ..sources.recycling import RecyclingProposer, recycling_decode
-from ..sources.suffix import SuffixProposer, suffix_decode
+from ..decoders.methods import lookahead_decode
+from ..decoders.methods import prompt_lookup_decode
+from ..sources.recycling import RecyclingProposer
+from ..decoders.methods import recycling_decode
+from ..sources.suffix import SuffixProposer
+from ..decoders.methods import suffix_decode
 from ..sources.suffix_trie import SuffixMemory
 from .datasets import SPECBENCH_FILE, load_prompts, read_jsonl, specbench_task
 from .methods import one_of

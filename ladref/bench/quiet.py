@@ -60,7 +60,7 @@ class MachineState:
 
 def machine_state(threads: int, tokens: int = 24) -> MachineState:
     """Load average, then `tokens` greedy steps of the embedded model on `threads` torch threads (CPU)."""
-    from ..greedy import greedy_decode  # noqa: PLC0415 - only a probe loads the model
+    from ..decoders.greedy import greedy_decode  # noqa: PLC0415 - only a probe loads the model
     from ..models import chat_ids, load_default_model  # noqa: PLC0415
     from .demo_rounds import probe  # noqa: PLC0415
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from ..fast.timing import processor
+from ..pricing.timing import processor
 
 
 def default_out() -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..config import LookaheadConfig
-from ..sources.lookahead import lookahead_decode
+from ..decoders.methods import lookahead_decode
 from .figures import log2_axis, panels, save
 
 DEFAULT_WINDOWS = (1, 2, 4, 8, 16)

@@ -1,10 +1,10 @@
 """Adaptive decoding: every step feeds only the drafts this machine can afford.
 
 The same loop as every other tree decoder (`ladref.step.run_drafting`), with its hook taken by
-`PolicyChoice`: before the forward pass, `ladref.fast.policy.DraftPolicy` picks which proposed draft nodes to verify
+`PolicyChoice`: before the forward pass, `ladref.pricing.policy.DraftPolicy` picks which proposed draft nodes to verify
 (from none, a plain greedy step, to all of them) and whether to feed the lookahead window, to
 maximise expected tokens per second under the cost curve measured on this machine
-(`ladref.fast.cost.CostModel`) and the acceptance it has learned so far, per source and depth.
+(`ladref.pricing.cost.CostModel`) and the acceptance it has learned so far, per source and depth.
 Greedy output is unchanged: drafts only decide how many tokens a step may accept.
 """
 
@@ -35,10 +35,10 @@ from ..sources.suffix_trie import SuffixMemory
 from ..step import run_drafting
 from ..tree import DraftTree
 from ..types import Budget, Prompts, TokenIds
-from .cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
-from .cost_cache import CostCache
-from .policy import DraftPolicy, PolicySettings
-from .surface import CostSurface, batches_up_to, cached_surface
+from ..pricing.cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
+from ..pricing.cost_cache import CostCache
+from ..pricing.policy import DraftPolicy, PolicySettings
+from ..pricing.surface import CostSurface, batches_up_to, cached_surface
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
 
@@ -106,7 +106,7 @@ class AdaptiveDecoder:
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
         cost: the step-cost curve (`CostModel`), or for batches the surface t(q, kv, B)
-            (`ladref.fast.surface.CostSurface`); default: taken from `cache` (`CostCache.get`),
+            (`ladref.pricing.surface.CostSurface`); default: taken from `cache` (`CostCache.get`),
             measured there the first time (for a batch of B: the batched passes up to B, once).
         cache: where to look for (and keep) a measured curve; ignored when `cost` is given.
             Default `CostCache.default()`: the user's cache file, so only the first decoder on a
@@ -158,7 +158,7 @@ class AdaptiveDecoder:
             return self.surface
         if self.cost_cache is None:
             raise ValueError("a CostModel prices one prompt's steps; for a batch pass cost=CostSurface(...) "
-                             "(ladref.fast.surface), or no cost to measure the batched passes")
+                             "(ladref.pricing.surface), or no cost to measure the batched passes")
         if self.runner is not None:
             raise ValueError("an AdaptiveDecoder with its own runner decodes one prompt per call")
         return cached_surface(self.cost_cache, self.model, batches_up_to(rows), kv_lengths=kv_lengths_for(self.model),
@@ -207,7 +207,7 @@ def adaptive_decode(
     Token Recycling), then feeds the subset, and the window or not, that maximises expected tokens
     per second under the measured cost curve and the acceptance learned so far (`DraftPolicy`).
     In a batch of B rows each row decides for itself, pricing its step on the curve of a pass of
-    B rows (`ladref.fast.surface.CostSurface.at`): where B rows already fill the machine's compute,
+    B rows (`ladref.pricing.surface.CostSurface.at`): where B rows already fill the machine's compute,
     a draft makes every pass dearer and the rows stop drafting by themselves.
 
     Args:
@@ -216,9 +216,9 @@ def adaptive_decode(
         max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         cost: the step-cost curve of this machine (`CostModel`; for a batch, a `CostSurface`);
             default: from `cache`.
-        cache: the `ladref.fast.cost_cache.CostCache` to take the curve from, measured there once per model,
+        cache: the `ladref.pricing.cost_cache.CostCache` to take the curve from, measured there once per model,
             runner and machine. Default `CostCache.default()`, a file in the user's cache folder
-            (`ladref.fast.cost_cache.default_cache_path`): the first call on a machine measures the curve
+            (`ladref.pricing.cost_cache.default_cache_path`): the first call on a machine measures the curve
             (17-30 s for SmolLM2-135M on 2 idle CPU cores), every later call and process reads it;
             a batch's first call on a machine measures the batched passes up to its size, once.
         proposers: the draft sources; default `default_proposers(model, window)`.

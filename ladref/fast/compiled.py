@@ -32,7 +32,7 @@ from typing_extensions import Unpack
 
 from ..call import DecodeCall, prompt_ids
 from ..config import LookaheadConfig, check_int
-from ..greedy import run_greedy
+from ..decoders.greedy import run_greedy
 from ..options import CallOptions, OutputOptions, accept
 from ..proposer import Proposer, check_proposers
 from ..results import DecodeResult
@@ -41,9 +41,9 @@ from ..sources.lookahead import LookaheadProposer
 from ..step import run_drafting
 from ..types import TokenIds
 from .adaptive import AdaptiveDecoder
-from .compiling import MODES as RUNNER_MODES
-from .compiling import check_mode, check_widths
-from .cost_cache import CostCache
+from ..pricing.compiling import MODES as RUNNER_MODES
+from ..pricing.compiling import check_mode, check_widths
+from ..pricing.cost_cache import CostCache
 from .package_record import weights_digest
 from .precompiled import COST_FILE, check_compile_dir
 from .static import DEFAULT_WIDTHS, StaticRunner
@@ -190,7 +190,7 @@ class CompiledAdaptiveDecoder:
         widths: the step widths every runner compiles (`ladref.fast.static.StaticRunner`).
         mode: compile mode as `CompiledDecoder`'s ("auto": CUDA graphs on CUDA, frozen
             max-autotune Inductor elsewhere; None: the same padded steps, not compiled).
-        cache: where the runners' cost curves are kept (`ladref.fast.cost_cache.CostCache`); default
+        cache: where the runners' cost curves are kept (`ladref.pricing.cost_cache.CostCache`); default
             the file ``cost.json`` in `compile_dir`, beside the packages the curves were measured
             through (so a later process neither compiles nor measures), else `CostCache.default()`,
             the user's cache file (measured once per runner and machine).

@@ -50,7 +50,7 @@ PACKAGE_CONFIGS = {"max-autotune": {"freezing": True, "max_autotune": True, "max
 # the weights in a file of their own, read once when loaded (in the library: resident twice)
 WEIGHTS_APART = {"aot_inductor.package_constants_in_so": False, "aot_inductor.package_constants_on_disk_format": "binary_blob"}
 COST_FILE = "cost.json"
-"""The `ladref.fast.cost_cache.CostCache` file a `compile_dir` keeps beside its packages (the compiled steps' cost curves)."""
+"""The `ladref.pricing.cost_cache.CostCache` file a `compile_dir` keeps beside its packages (the compiled steps' cost curves)."""
 
 
 def check_compile_dir(compile_dir: object, mode: str | None) -> Path | None:

@@ -35,7 +35,7 @@ from ..masks import static_additive
 from ..results import DecodeStats
 from ..runner import (Runner, gather_block_slots, gather_static_slots, guard_static_cache, new_static_cache,
                      pack_static_cache, set_static_length, shared_kv_scope, static_cache_ready, static_forward)
-from .compiling import check_mode, check_widths, compile_own, compile_scope
+from ..pricing.compiling import check_mode, check_widths, compile_own, compile_scope
 from .package_record import weights_digest
 from .precompiled import check_compile_dir, packaged_step
 

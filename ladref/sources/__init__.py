@@ -9,6 +9,6 @@
   end, in the request and in a memory of earlier requests; `suffix_trie`, the counted suffix
   trie it searches and the memory (`SuffixMemory`).
 
-Each module also holds its decoder (``lookahead_decode``, ...): the shared loop
-(`ladref.decode.draft_decode`) with that proposer. A new draft source is one more file here.
+Their decoders (``lookahead_decode``, ...) are the shared loop with each proposer, in
+`ladref.decoders.methods`; the batch forms of the sources are in `ladref.batched.sources`.
 """

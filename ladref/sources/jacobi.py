@@ -13,16 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from typing_extensions import Unpack
 
 from ..config import check_int
-from ..decode import decode_with_proposers
-from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import BatchResult, DecodeResult
 from ..runner import Runner
 from ..tree import DraftTree
-from ..types import Budget, Prompts, TokenIds
 
 
 def jacobi_iteration(runner: Runner, current: int, guess: torch.Tensor) -> torch.Tensor:
@@ -80,32 +75,3 @@ class JacobiProposer(DraftSource):
         preds = torch.cat([torch.tensor([outcome.root_pred]), outcome.node_preds[chain]])  # (m+1,) o_0 .. o_m
         k = min(len(outcome.path), len(chain))
         self.guess = next_guess(preds, k, self.block_size)
-
-
-def jacobi_decode(
-    model: torch.nn.Module,
-    input_ids: Prompts,
-    max_new_tokens: Budget = 64,
-    *,
-    block_size: int = 8,
-    **options: Unpack[DecodeOptions],
-) -> DecodeResult | BatchResult:
-    """Jacobi decoding with a KV cache; output identical to `greedy_decode`.
-
-    Each step feeds ``[current, g_1 .. g_m]`` (a chain: one causal sequence), commits the
-    converged guesses plus the first exact prediction after them, and shifts the rest of the
-    predictions into the next guess (`JacobiProposer`).
-
-    Args:
-        model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
-        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
-        block_size: m, guessed tokens per iteration (each pass feeds m + 1 tokens).
-        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
-
-    Returns:
-        `DecodeResult`; `stats.steps` is the number of Jacobi iterations.
-    """
-    accept("jacobi_decode", options, DecodeOptions)
-    return decode_with_proposers(model, input_ids, max_new_tokens, [JacobiProposer(block_size)], "jacobi", block_size, options)

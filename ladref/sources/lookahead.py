@@ -20,16 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from typing_extensions import Unpack
 
-from ..compat import reject_old_call_shape
 from ..config import LookaheadConfig, check_int
-from ..decode import decode_with_proposers
-from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import BatchResult, DecodeResult
 from ..tree import DraftTree
-from ..types import Budget, Prompts, TokenIds
 from .ngram_pool import NGramPool
 
 
@@ -113,31 +107,3 @@ class LookaheadProposer(DraftSource):
         """Add the W n-grams read down the window's columns (once they are the model's)."""
         if outcome.harvest is not None:
             self.pool.harvest(outcome.harvest[:-1], outcome.harvest[-1])
-
-
-@reject_old_call_shape
-def lookahead_decode(
-    model: torch.nn.Module,
-    input_ids: Prompts,
-    max_new_tokens: Budget = 64,
-    *,
-    config: LookaheadConfig | None = None,
-    **options: Unpack[DecodeOptions],
-) -> DecodeResult | BatchResult:
-    """Lookahead decoding; greedy output identical to `greedy_decode`, in fewer steps.
-
-    Args:
-        model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
-        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
-        config: W, N, G and pool options; default `LookaheadConfig()`.
-        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
-
-    Returns:
-        `DecodeResult`; `stats.compression` is the paper's S (tokens per step).
-    """
-    accept("lookahead_decode", options, DecodeOptions)
-    config = LookaheadConfig() if config is None else config
-    return decode_with_proposers(model, input_ids, max_new_tokens, [LookaheadProposer(config)], "lookahead",
-                                 config.step_extent(), options)

@@ -19,17 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-from typing_extensions import Unpack
 
 from ..config import check_int
-from ..decode import decode_with_proposers
-from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import BatchResult, DecodeResult
-from ..runner import ModelFacts
 from ..tree import DraftTree
-from ..types import Budget, Prompts, TokenIds
 from .suffix_trie import SuffixMemory
 
 
@@ -52,7 +45,7 @@ class PromptLookupProposer(DraftSource):
 
     Attributes:
         evidence: the length of the suffix the last proposal matched (0: none); adaptive
-            decoding learns acceptance apart per length (`ladref.fast.policy.DraftPolicy`).
+            decoding learns acceptance apart per length (`ladref.pricing.policy.DraftPolicy`).
 
     Args:
         draft_len: most tokens copied after a match (the depth of each draft).
@@ -120,40 +113,3 @@ class PromptLookupProposer(DraftSource):
         self._append(outcome.tokens)
         if self.memory is not None:
             self.memory.record(self.key, outcome.tokens)
-
-
-def prompt_lookup_decode(
-    model: torch.nn.Module,
-    input_ids: Prompts,
-    max_new_tokens: Budget = 64,
-    *,
-    draft_len: int = 10,
-    max_ngram: int = 3,
-    min_ngram: int = 1,
-    max_matches: int = 1,
-    memory: SuffixMemory | None = None,
-    **options: Unpack[DecodeOptions],
-) -> DecodeResult | BatchResult:
-    """Prompt lookup decoding (native); greedy output identical to `greedy_decode`.
-
-    Args:
-        model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
-        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
-        draft_len: most tokens copied after a match (`PromptLookupProposer`).
-        max_ngram: longest suffix of the text looked up.
-        min_ngram: shortest suffix looked up.
-        max_matches: most matches whose continuations are drafted (a tree when > 1).
-        memory: a `SuffixMemory` of earlier outputs, searched before each prompt and kept and grown
-            by this call (a batch's rows record their outputs when the call ends); None: none.
-        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
-
-    Returns:
-        `DecodeResult` with method "prompt_lookup".
-    """
-    proposer = PromptLookupProposer(draft_len, max_ngram, min_ngram, max_matches, memory)
-    if memory is not None:
-        memory.bind(ModelFacts.of(model).vocab_size)  # a memory of another model's tokens is refused
-    accept("prompt_lookup_decode", options, DecodeOptions)
-    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "prompt_lookup", draft_len, options)

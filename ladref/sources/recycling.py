@@ -18,16 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from typing_extensions import Unpack
 
 from ..config import check_int
-from ..decode import decode_with_proposers
-from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import BatchResult, DecodeResult
 from ..runner import ModelFacts
 from ..tree import DraftTree
-from ..types import Budget, Prompts
 
 
 @dataclass(frozen=True)
@@ -176,40 +171,3 @@ class RecyclingProposer(DraftSource):
         last = {token: row for row, token in enumerate(ids)}
         rows = torch.tensor(list(last.values()))
         self.adjacency[torch.tensor(list(last.keys()))] = top[rows]
-
-
-def recycling_decode(
-    model: torch.nn.Module,
-    input_ids: Prompts,
-    max_new_tokens: Budget = 64,
-    *,
-    template: TreeTemplate | None = None,
-    topk: int | None = None,
-    proposer: RecyclingProposer | None = None,
-    **options: Unpack[DecodeOptions],
-) -> DecodeResult | BatchResult:
-    """Token Recycling; greedy output identical to `greedy_decode`.
-
-    Args:
-        model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
-        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
-        template: the static tree (default `TreeTemplate.best_first()`); ignored with `proposer`.
-        topk: k, successors kept per token (default: the template's width); ignored with `proposer`.
-        proposer: a `RecyclingProposer` to use (and, with ``warm=True``, to keep learning across
-            calls); default: a fresh one, cold, for this call.
-        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
-
-    Returns:
-        `DecodeResult` with method "recycling".
-    """
-    accept("recycling_decode", options, DecodeOptions)
-    vocab = ModelFacts.of(model).vocab_size
-    if proposer is None:
-        proposer = RecyclingProposer(vocab, template=template, topk=topk)
-    elif not isinstance(proposer, RecyclingProposer):
-        raise TypeError(f"proposer must be a RecyclingProposer, got {type(proposer).__name__}")
-    elif proposer.adjacency.shape[0] != vocab:
-        raise ValueError(f"the proposer's adjacency has {proposer.adjacency.shape[0]} rows, the model's vocabulary {vocab} tokens")
-    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "recycling", proposer.template.depth, options)

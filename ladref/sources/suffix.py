@@ -28,16 +28,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-from typing_extensions import Unpack
 
 from ..config import check_int
-from ..decode import decode_with_proposers
-from ..options import DecodeOptions, accept
 from ..proposer import DraftSource, StepOutcome
-from ..results import BatchResult, DecodeResult
 from ..runner import ModelFacts
 from ..tree import DraftTree
-from ..types import Budget, Prompts
 from .suffix_trie import SuffixMemory, SuffixTrie, grow
 
 
@@ -83,7 +78,7 @@ class SuffixProposer(DraftSource):
 
     Attributes:
         evidence: L, the length of the pattern behind the last proposal (0: none); adaptive
-            decoding learns acceptance apart per length (`ladref.fast.policy.DraftPolicy`).
+            decoding learns acceptance apart per length (`ladref.pricing.policy.DraftPolicy`).
         trie: the request's `SuffixTrie`, of depth max_match + max_depth (prompt and committed tokens).
     """
 
@@ -182,63 +177,3 @@ class SuffixProposer(DraftSource):
         self.ends = self.trie.extend(outcome.tokens, self.ends)
         if self.memory is not None:
             self.memory.record(self.key, outcome.tokens)
-
-
-def suffix_decode(
-    model: torch.nn.Module,
-    input_ids: Prompts,
-    max_new_tokens: Budget = 64,
-    *,
-    proposer: SuffixProposer | None = None,
-    max_depth: int = 12,
-    max_nodes: int = 16,
-    spec_factor: float = 1.0,
-    min_prob: float = 0.1,
-    max_match: int = 12,
-    memory: SuffixMemory | None = None,
-    merge_matches: bool = False,
-    **options: Unpack[DecodeOptions],
-) -> DecodeResult | BatchResult:
-    """SuffixDecoding; greedy output identical to `greedy_decode`.
-
-    With a `memory` (or a `proposer` holding one) the outputs of earlier calls are drafted from
-    too. A batch's rows each draft with a copy of the proposer, their own request trie, all sharing
-    its memory: once a step every row, in batch order, drafts from it before the pass and records
-    its kept tokens into it after (`ladref.batched.sources.suffix`). A row may so draft from another
-    row's output of the steps before; what it drafts is the same at every run, and never changes
-    what it decodes.
-
-    Args:
-        model: a transformers decoder-only model (eager or SDPA attention).
-        input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
-        max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
-        proposer: a `SuffixProposer` to use (keep one with a memory across calls); the settings
-            below are then its own.
-        max_depth: the deepest draft (`SuffixProposer`).
-        max_nodes: most nodes of a draft tree.
-        spec_factor: alpha: a pattern of L tokens drafts at most alpha * L nodes.
-        min_prob: the least estimated probability of a drafted node.
-        max_match: the longest pattern looked up.
-        memory: a `SuffixMemory` of earlier outputs, kept and grown by this call; None: none.
-        merge_matches: grow one tree from every matched pattern, not the best pattern's tree alone.
-        **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
-
-    Returns:
-        `DecodeResult` with method "suffix".
-
-    Raises:
-        ValueError: a setting out of range, or a memory (a proposer) that served a model with
-            another vocabulary, before any forward pass. TypeError: a setting of the wrong type.
-    """
-    accept("suffix_decode", options, DecodeOptions)
-    vocab = ModelFacts.of(model).vocab_size
-    if proposer is None:
-        proposer = SuffixProposer(max_depth, max_nodes, spec_factor, min_prob, max_match, memory, vocab, merge_matches)
-    elif not isinstance(proposer, SuffixProposer):
-        raise TypeError(f"proposer must be a SuffixProposer, got {type(proposer).__name__}")
-    elif proposer.vocab_size is not None and proposer.vocab_size != vocab:
-        raise ValueError(f"the proposer was made for a vocabulary of {proposer.vocab_size} ids, the model's has {vocab}")
-    elif proposer.memory is not None:
-        proposer.memory.bind(vocab)
-    return decode_with_proposers(model, input_ids, max_new_tokens, [proposer], "suffix", proposer.max_depth, options)

@@ -7,7 +7,8 @@
 * `rows`: any `ladref.Proposer`, each row's copy called on the host once a step (suffix decoding
   among them: its trie lives on the host, `suffix`).
 
-`batched_sources` turns the proposers a decoder was given into these.
+Each form names its reference proposer and registers itself (`ladref.batched.forms`); adding one is
+one more file here. `batched_sources` turns the proposers a decoder was given into these.
 """
 
 from __future__ import annotations
@@ -15,41 +16,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...proposer import Proposer
+from ..forms import batch_form, fixed_shape_references
 from ..source import BatchSource
+from . import jacobi, lookahead, lookup, recycling, suffix  # noqa: F401 - each form registers itself
+from .rows import RowProposers
+
+__all__ = ["batch_form", "batched_source", "batched_sources", "fixed_shape_references"]  # the forms: registered
 
 
 def batched_source(proposer: Proposer, max_depth: int, vocab_size: int) -> BatchSource:
-    """The batch form of one (checked) proposer: ladref's own sources their tensor forms, any other
-    proposer (suffix decoding's, a user's) through `RowProposers` on the host, at most `max_depth` deep."""
-    from ...sources.jacobi import JacobiProposer
-    from ...sources.lookahead import LookaheadProposer
-    from ...sources.prompt_lookup import PromptLookupProposer
-    from ...sources.recycling import RecyclingProposer
-    from ...sources.suffix import SuffixProposer
-
-    kind = type(proposer)
-    if kind is JacobiProposer:
-        from .jacobi import BatchJacobi
-
-        return BatchJacobi(proposer.block_size)
-    if kind is PromptLookupProposer:
-        from .lookup import BatchPromptLookup
-
-        if proposer.memory is not None:
-            proposer.memory.bind(vocab_size)  # a memory of another model's tokens is refused
-        return BatchPromptLookup(proposer.draft_len, proposer.max_ngram, proposer.min_ngram, proposer.max_matches, proposer.memory)
-    if kind is LookaheadProposer:
-        from .lookahead import BatchLookahead
-
-        return BatchLookahead(proposer.config, vocab_size)
-    if kind is RecyclingProposer:
-        from .recycling import BatchRecycling
-
-        return BatchRecycling.from_proposer(proposer)
-    from .rows import RowProposers
-    from .suffix import batched_suffix
-
-    return batched_suffix(proposer, vocab_size) if kind is SuffixProposer else RowProposers([proposer], max_depth, vocab_size)
+    """The batch form of one (checked) proposer: the registered twin of its type
+    (`ladref.batched.forms`), or any other proposer (a user's) through `RowProposers` on the host, at
+    most `max_depth` deep."""
+    form = batch_form(proposer)
+    return RowProposers([proposer], max_depth, vocab_size) if form is None else form.from_proposer(proposer, max_depth, vocab_size)
 
 
 def batched_sources(proposers: Sequence[Proposer], max_depth: int, vocab_size: int) -> list[BatchSource]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import torch
 
 from ...config import check_int
+from ...sources.jacobi import JacobiProposer
 from ..drafts import Drafts
+from ..forms import BatchForm
 from ..source import Outcome
 from ..state import BatchState
 
@@ -21,7 +23,7 @@ def leading(flags: torch.Tensor) -> torch.Tensor:
     return flags.long().cumprod(dim=1).sum(dim=1)
 
 
-class BatchJacobi:
+class BatchJacobi(BatchForm, reference=JacobiProposer, fixed_shape=True):
     """Jacobi decoding as a batched draft source.
 
     Args:
@@ -38,6 +40,11 @@ class BatchJacobi:
         self.width = self.depth = block_size
         self.guess: torch.Tensor | None = None
         self.parents = torch.arange(-1, block_size - 1)  # one chain
+
+    @classmethod
+    def from_proposer(cls, proposer: JacobiProposer, max_depth: int, vocab_size: int) -> BatchJacobi:
+        """The batch form of `proposer`: its block size m."""
+        return cls(proposer.block_size)
 
     def begin(self, state: BatchState) -> None:
         """Each row's first guess: its prompt's last m tokens (cycled when the prompt is shorter)."""

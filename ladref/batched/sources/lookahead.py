@@ -14,13 +14,15 @@ from __future__ import annotations
 import torch
 
 from ...config import LookaheadConfig
+from ...sources.lookahead import LookaheadProposer
 from ..drafts import Drafts
+from ..forms import BatchForm
 from ..source import Outcome
 from ..state import BatchState
 from .pool import BatchPool
 
 
-class BatchLookahead:
+class BatchLookahead(BatchForm, reference=LookaheadProposer, fixed_shape=True):
     """Lookahead decoding's draft source for a batch: window, pool and G candidate chains.
 
     Args:
@@ -42,6 +44,11 @@ class BatchLookahead:
         self.window = (config.window_size, config.ngram_size)
         self.depth = config.ngram_size - 1
         self.grid = self.steps = self.pool = self.parents = None
+
+    @classmethod
+    def from_proposer(cls, proposer: LookaheadProposer, max_depth: int, vocab_size: int) -> BatchLookahead:
+        """The batch form of `proposer`: its W, N, G and pool options."""
+        return cls(proposer.config, vocab_size)
 
     def begin(self, state: BatchState) -> None:
         """Every row's window from its prompt, its pool empty or seeded with the prompt's n-grams."""

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...sources.prompt_lookup import check_lookup
+from ...sources.prompt_lookup import PromptLookupProposer, check_lookup
 from ...sources.suffix_trie import SuffixMemory
 from ..drafts import Drafts
+from ..forms import BatchForm
 from ..source import Outcome
 from ..state import BatchState
 
@@ -112,7 +113,7 @@ def lookup_drafts(text: torch.Tensor, length: torch.Tensor, shape: LookupShape, 
     return torch.where(valid, tokens, 0), valid, run[:, :1] * found[:, :1]
 
 
-class BatchPromptLookup:
+class BatchPromptLookup(BatchForm, reference=PromptLookupProposer, fixed_shape=True):
     """Prompt lookup decoding as a batched draft source: m chains of D copied tokens per row.
 
     Args:
@@ -142,6 +143,14 @@ class BatchPromptLookup:
         self.parents = torch.where(slots % draft_len == 0, -1, slots - 1)  # m chains
         self.source = torch.zeros_like(slots)  # every slot this source's (`Drafts.source`)
         self.shape: LookupShape | None = None
+
+    @classmethod
+    def from_proposer(cls, proposer: PromptLookupProposer, max_depth: int, vocab_size: int) -> BatchPromptLookup:
+        """The batch form of `proposer`: its settings and its memory, bound to the model's vocabulary
+        (a memory of another model's tokens is refused, ValueError)."""
+        if proposer.memory is not None:
+            proposer.memory.bind(vocab_size)
+        return cls(proposer.draft_len, proposer.max_ngram, proposer.min_ngram, proposer.max_matches, proposer.memory)
 
     def begin(self, state: BatchState) -> None:
         """The memory's outputs as a (C,) tensor, and the constants for the width searched, on the batch's device."""

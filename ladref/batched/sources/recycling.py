@@ -22,6 +22,7 @@ import torch
 from ...runner import ModelFacts
 from ...sources.recycling import RecyclingProposer, TreeTemplate, check_template
 from ..drafts import Drafts
+from ..forms import BatchForm
 from ..source import Outcome
 from ..state import BatchState
 
@@ -53,7 +54,7 @@ def template_levels(template: TreeTemplate) -> tuple[list[Level], torch.Tensor, 
     return levels, parents, None if flat == sorted(flat) else order
 
 
-class BatchRecycling:
+class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
     """Token Recycling as a batched draft source: a template of rank paths over each row's own matrix.
 
     Args:
@@ -82,13 +83,14 @@ class BatchRecycling:
         return cls(ModelFacts.of(model).vocab_size, **options)
 
     @classmethod
-    def from_proposer(cls, proposer: RecyclingProposer) -> "BatchRecycling":
+    def from_proposer(cls, proposer: RecyclingProposer, max_depth: int = 0, vocab_size: int = 0) -> BatchRecycling:
         """The batch form of a one-prompt proposer: its template and k; with ``proposer.warm``, every row
         starts from the proposer's matrix as it is at `begin`.
 
         The proposer's matrix is left as it was: each row learns from its own text, and no row's
         matrix (nor any mix of them, whose rows stopped at different times) is the one the
-        proposer would hold after decoding the prompts one by one.
+        proposer would hold after decoding the prompts one by one. (`max_depth` and `vocab_size`,
+        which every form takes, are the proposer's own here: its template's depth, its matrix's rows.)
         """
         if not isinstance(proposer, RecyclingProposer):
             raise TypeError(f"proposer must be a RecyclingProposer, got {type(proposer).__name__}")

@@ -1,7 +1,7 @@
 """Suffix decoding in a batch: each row's suffix trie on the host, called once a step for all rows, no thread.
 
 The batch form of `ladref.sources.suffix.SuffixProposer` is `RowProposers` around one copy of the
-proposer per row (`batched_suffix`): each row grows its own request trie from its prompt and kept
+proposer per row (`BatchSuffix`, made by `batched_suffix`): each row grows its own request trie from its prompt and kept
 tokens, and every row drafts from, and records its output into, the proposer's one `SuffixMemory`
 (none: the request's own text only). The rows are called in batch order, proposing all before
 the pass and learning all after it, so what a row drafts from the memory at a step is the other
@@ -11,10 +11,20 @@ rows' output up to the step before: the same at every run, and never what a row 
 from __future__ import annotations
 
 from ...sources.suffix import SuffixProposer
+from ..forms import BatchForm
 from .rows import RowProposers
 
 
-def batched_suffix(proposer: SuffixProposer, vocab_size: int | None = None) -> RowProposers:
+class BatchSuffix(RowProposers, BatchForm, reference=SuffixProposer):
+    """Suffix decoding in a batch: `RowProposers` around a copy of the proposer per row (on the host)."""
+
+    @classmethod
+    def from_proposer(cls, proposer: SuffixProposer, max_depth: int, vocab_size: int | None) -> BatchSuffix:
+        """`batched_suffix`: a copy per row sharing its memory, at most its ``max_depth`` deep."""
+        return batched_suffix(proposer, vocab_size)
+
+
+def batched_suffix(proposer: SuffixProposer, vocab_size: int | None = None) -> BatchSuffix:
     """`proposer` as a batch source: a copy per row sharing its memory, at most its ``max_depth`` deep.
 
     Args:
@@ -30,4 +40,4 @@ def batched_suffix(proposer: SuffixProposer, vocab_size: int | None = None) -> R
     vocab = proposer.vocab_size if vocab_size is None else vocab_size
     if vocab is not None and proposer.memory is not None:
         proposer.memory.bind(vocab)
-    return RowProposers([proposer], proposer.max_depth, vocab)
+    return BatchSuffix([proposer], proposer.max_depth, vocab)

@@ -1,6 +1,6 @@
 """Acceptance, learned: how often each kind of draft node turns out right, from every step, fed or not.
 
-The half of `ladref.fast.policy.DraftPolicy` that knows what a draft is worth (the other half
+The half of `ladref.pricing.policy.DraftPolicy` that knows what a draft is worth (the other half
 prices what a step costs). Acceptance rates are kept per draft source, grade of evidence (prompt
 lookup: the length of the suffix it matched), depth and sibling rank: how often a node whose
 parent was right turned out right too. Greedy output is fixed, so once the next tokens are known
@@ -90,11 +90,11 @@ class ProbeTally:
 class Acceptance:
     """What `DraftPolicy` learns of acceptance: its rates, pending trees, probes and window value.
 
-    A mixin of `ladref.fast.policy.DraftPolicy`, whose dataclass fields these are (declared there,
+    A mixin of `ladref.pricing.policy.DraftPolicy`, whose dataclass fields these are (declared there,
     so that a policy is one object to copy and print).
 
     Attributes:
-        settings: the prior of every rate and the window's source (`ladref.fast.policy.PolicySettings`).
+        settings: the prior of every rate and the window's source (`ladref.pricing.policy.PolicySettings`).
         rates: the learned acceptance rate of every (source, evidence, depth, sibling rank).
         pending: the proposed trees and probes still being checked against the coming tokens.
         window_value: the tokens per step the window's source recently won beyond the other sources.
@@ -104,7 +104,7 @@ class Acceptance:
         proposals: the steps proposed so far (each step's trees form one group).
     """
 
-    settings: Any  # a `ladref.fast.policy.PolicySettings`: its `prior` and `window_source`
+    settings: Any  # a `ladref.pricing.policy.PolicySettings`: its `prior` and `window_source`
     rates: dict[Key, Rate]
     pending: list[Pending]
     window_value: float

@@ -3,14 +3,14 @@
 A draft pays only if what it adds to a step's expected tokens beats what it adds to its time.
 `DraftPolicy` keeps both sides:
 
-* acceptance (`ladref.fast.acceptance`): per draft source, grade of evidence (prompt lookup: the
+* acceptance (`ladref.pricing.acceptance`): per draft source, grade of evidence (prompt lookup: the
   length of the suffix it matched), depth and sibling rank, how often a draft node whose parent
   was right turned out right too. It learns this from EVERY step, fed or not: greedy output is
   fixed, so once the next tokens are known any proposed tree can be checked against them (a
   counterfactual verification that costs no forward pass). A node's value, the probability that
   it will be accepted, is the product of those rates along its path (siblings from different
   sources scaled to add up to at most their parent's: only one can be right);
-* cost: t(q) at the current KV length, from a `ladref.fast.cost.CostModel` measured on this machine
+* cost: t(q) at the current KV length, from a `ladref.pricing.cost.CostModel` measured on this machine
   with bare forward passes (a prior), optionally corrected by the time each step of this call
   actually took, its host work included (`timed`: the evidence).
 
@@ -112,7 +112,7 @@ class DraftPolicy(Acceptance):
     """Chooses each step's drafts and window from learned acceptance and measured cost.
 
     Args:
-        cost: t(q, kv) of this machine (`ladref.fast.cost.CostModel`).
+        cost: t(q, kv) of this machine (`ladref.pricing.cost.CostModel`).
         widths: the step widths a compiled runner can take without recompiling (a step is padded
             to the next one); None: any width up to the cost model's largest.
         settings: its priors and running averages (`PolicySettings`).

@@ -5,7 +5,7 @@ Both spend the same headroom: the tokens a pass can take before it costs more th
 the weights. On this project's CPU (2 cores) that ridge is ~11 tokens, so a batch of 8 greedy rows
 has nearly used it up and a draft makes every pass dearer; on a GPU (launch-bound, ridge in the
 hundreds) it is far away, and drafting keeps paying. `CostSurface` is the measured table, one
-`ladref.fast.cost.CostModel` per batch size B (same widths and KV lengths), and `at(B)` the curve
+`ladref.pricing.cost.CostModel` per batch size B (same widths and KV lengths), and `at(B)` the curve
 a row of a batch of B prices its step with (`ladref.fast.adaptive`).
 
 Between measured batch sizes `at` interpolates linearly, entry by entry; beyond the largest it
@@ -125,7 +125,7 @@ class CostSurface:
     def measure(cls, model: torch.nn.Module, batches: Sequence[int] = DEFAULT_BATCHES, widths: Sequence[int] = BATCH_WIDTHS,
                 kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 3, attention_backend: str = "auto",
                 progress: Progress | None = None) -> CostSurface:
-        """Time the batched forward pass a batch's step runs (`ladref.fast.timing.measure_batch_steps`), every B.
+        """Time the batched forward pass a batch's step runs (`ladref.pricing.timing.measure_batch_steps`), every B.
 
         Args:
             batches: B values, from 1; widths: q values, from 1; kv_lengths: each >= 1.
@@ -165,7 +165,7 @@ class CostSurface:
 
 def batch_curve(model: torch.nn.Module, batch: int, widths: Sequence[int] = BATCH_WIDTHS, kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS,
                 repeats: int = 3, attention_backend: str = "auto", progress: Progress | None = None) -> CostModel:
-    """t(q, kv) of a batched pass of `batch` rows (`ladref.fast.timing.measure_batch_steps`)."""
+    """t(q, kv) of a batched pass of `batch` rows (`ladref.pricing.timing.measure_batch_steps`)."""
     facts = check_model(model)
     widths, kv_lengths = check_axis("widths", widths, 1), check_axis("kv_lengths", kv_lengths, 1)
     check_int("batch", batch, 1)

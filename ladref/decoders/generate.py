@@ -24,14 +24,14 @@ from collections.abc import Callable
 
 import torch
 
-from .call import DecodeCall, streamer_callback
-from .config import LookaheadConfig
-from .kernels import check_attention_backend
-from .runner import CACHE_ARGS
-from .sampling import GreedyChooser, SamplingChooser, Warp, check_generator
-from .sources.lookahead import LookaheadProposer
-from .step import run_drafting
-from .types import Streamer
+from ..call import DecodeCall, streamer_callback
+from ..config import LookaheadConfig
+from ..kernels import check_attention_backend
+from ..runner import CACHE_ARGS
+from ..sampling import GreedyChooser, SamplingChooser, Warp, check_generator
+from ..sources.lookahead import LookaheadProposer
+from ..step import run_drafting
+from ..types import Streamer
 
 # model kwargs generate() prepares that ladref replaces with its own (mask, positions, cache)
 IGNORED_KWARGS = frozenset({"attention_mask", "position_ids", *CACHE_ARGS, "use_cache", "logits_to_keep", "cache_position"})

@@ -11,20 +11,20 @@ from collections.abc import Callable, Sequence
 import torch
 from typing_extensions import Unpack
 
-from .call import DecodeCall
-from .config import check_int
-from .options import DecodeOptions, accept
-from .proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
-from .results import BatchResult, DecodeResult
-from .batched.loop import decode_batch
-from .batched.sample import BatchSampler
-from .batched.source import BatchChoice, FeedAll
-from .batched.sources import batched_sources
-from .rows import decode_prompts
-from .runner import ModelFacts, Runner
-from .sampling import chooser_for
-from .step import DraftBudget, StepChoice, run_drafting
-from .types import Budget, Prompts, TokenIds
+from ..call import DecodeCall
+from ..config import check_int
+from ..options import DecodeOptions, accept
+from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
+from ..results import BatchResult, DecodeResult
+from ..batched.loop import decode_batch
+from ..batched.sample import BatchSampler
+from ..batched.source import BatchChoice, FeedAll
+from ..batched.sources import batched_sources
+from ..rows import decode_prompts
+from ..runner import ModelFacts, Runner
+from ..sampling import chooser_for
+from ..step import DraftBudget, StepChoice, run_drafting
+from ..types import Budget, Prompts, TokenIds
 
 
 @torch.inference_mode()

@@ -18,9 +18,9 @@ was measured: a fit through three noisy CPU timings can tilt either way, a table
 range of its measurements.
 
 Measuring once per model, device, dtype, thread count, runner and processor is the job of
-`ladref.fast.cost_cache.CostCache`, a JSON file of measured curves: `adaptive_decode` keeps its
+`ladref.pricing.cost_cache.CostCache`, a JSON file of measured curves: `adaptive_decode` keeps its
 curves in the user's cache folder, so only the first call on a machine measures. The timing
-itself is `ladref.fast.timing`. docs/cost_model.md shows the curve of a CPU.
+itself is `ladref.pricing.timing`. docs/cost_model.md shows the curve of a CPU.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`CostCache`: measured cost curves kept per model and machine, in memory or in a JSON file.
 
-A `ladref.fast.cost.CostModel` costs seconds to measure (17-30 s for SmolLM2-135M on 2 CPU cores)
+A `ladref.pricing.cost.CostModel` costs seconds to measure (17-30 s for SmolLM2-135M on 2 CPU cores)
 and depends on the model, its parameters, device, dtype, thread count, runner and processor. The
-cache keys each curve by exactly those (`ladref.fast.timing.describe`) plus the widths and KV
+cache keys each curve by exactly those (`ladref.pricing.timing.describe`) plus the widths and KV
 lengths measured, so a curve is measured once per machine: `adaptive_decode` keeps its curves in
 the user's cache folder (`default_cache_path`), compiled steps beside their packages. No
 module-level state: a cache is an object, its file the only thing shared between processes.
@@ -46,7 +46,7 @@ def read_cache_file(path: Path) -> dict[str, CostModel]:
 class CostCache:
     """Measured cost models, keyed by what a measurement depends on, optionally kept in a JSON file.
 
-    The key is `ladref.fast.timing.describe` (model, parameters, device, dtype, threads, runner), the
+    The key is `ladref.pricing.timing.describe` (model, parameters, device, dtype, threads, runner), the
     processor and the widths and KV lengths measured. Given a `path`, the cache starts from that
     file and writes every new measurement back to it (atomically, merged with what another
     process may have added meanwhile), so a later call or process measures nothing; the file
@@ -91,7 +91,7 @@ class CostCache:
         if cache is None:
             return cls.default(path)
         if not isinstance(cache, CostCache):
-            raise TypeError(f"cache must be a ladref.fast.cost_cache.CostCache, got {type(cache).__name__}")
+            raise TypeError(f"cache must be a ladref.pricing.cost_cache.CostCache, got {type(cache).__name__}")
         return cache
 
     def __len__(self) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import torch
 from typing_extensions import Unpack
 
-from .call import DecodeCall, TokenSink
-from .options import GreedyOptions, accept
-from .results import BatchResult, DecodeResult, DecodeStats
-from .batched.loop import decode_batch
-from .rows import decode_prompts
-from .runner import Runner
-from .types import Budget, Prompts, TokenIds
+from ..call import DecodeCall, TokenSink
+from ..options import GreedyOptions, accept
+from ..results import BatchResult, DecodeResult, DecodeStats
+from ..batched.loop import decode_batch
+from ..rows import decode_prompts
+from ..runner import Runner
+from ..types import Budget, Prompts, TokenIds
 
 
 def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: DecodeStats) -> None:

@@ -1,4 +1,4 @@
-"""Timing real decoding steps: what `ladref.fast.cost.CostModel.measure` runs, and what a measurement depends on.
+"""Timing real decoding steps: what `ladref.pricing.cost.CostModel.measure` runs, and what a measurement depends on.
 
 `measure_steps` times one forward pass of each width q at each KV length through a runner, as
 decoding pays it, and `measure_batch_steps` the batched pass of B rows a batch's step runs; `describe` names what such a timing depends on (model, device, dtype, threads,
