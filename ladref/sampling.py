@@ -1,4 +1,4 @@
-"""Sampling that keeps the model's (warped) distribution, and the plain sampler it must match.
+"""Sampling that keeps the model's (warped) distribution: the choosers, and the warp of the logits.
 
 A *chooser* picks the token at one verified position from the model's logits there and the
 draft tokens the tree's children propose for it (see `ladref.verify.verify_chosen`):

@@ -168,6 +168,13 @@ def test_the_rooms_hold_what_their_docstrings_say():
         assert path.stem in ("__init__", "__main__") or f"`{dotted(path)}`" in ladref.__doc__, f"the reading map leaves out {dotted(path)}"
 
 
+
+def test_the_architecture_page_is_what_the_code_gives():
+    """docs/architecture.md (the rooms, their modules and imports) is generated from the sources."""
+    run = subprocess.run([sys.executable, "scripts/architecture.py", "--check"], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+
+
 @pytest.mark.slow
 def test_the_wheel_ships_py_typed_and_the_benchmark_data(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],

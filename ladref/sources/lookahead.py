@@ -1,4 +1,4 @@
-"""Lookahead decoding (Fu et al., ICML 2024): the 2-D window, its n-gram pool and the decoder.
+"""Lookahead decoding (Fu et al., ICML 2024): the 2-D window and its n-gram pool, as a proposer.
 
 Each step runs ONE forward pass over ``[current | window (N-1, W) | draft tree]`` (`ladref.step`):
   * the lookahead branch makes one Jacobi iteration of the 2-D window (`LookaheadWindow`): the
