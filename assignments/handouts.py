@@ -249,8 +249,10 @@ def instructor_notes(html: bool = False) -> str:
                      for name, tasks in sorted(held.items()))
     safe = ", ".join(code(f"tutorials/{name}.py", html) for name in tutorials() if name not in held) or "none"
     return ("| Tutorial | Shows the solution of: hand it out after these tasks' deadlines |\n|---|---|\n"
-            f"{rows}\n\nThe task table names no other tutorial ({safe}): those can go out with the course, and a "
-            "student copy ships them (`tutorials/`, with the tasks each one needs finished).")
+            f"{rows}\n\nThe task table names no other tutorial ({safe}): those can go out with the course. Each "
+            "assignment's student copy ships, in `tutorials/`, those that run only tasks its students can have done "
+            "(so tutorial 8, which runs task 2.1, comes with assignment 2), and lists the tasks each one needs finished; "
+            "assignment 2's copy also ships the tutorials held back for assignment 1.")
 
 
 def site_sections() -> dict[str, str]:

@@ -1,32 +1,38 @@
-"""Generate the student version of the course from the reference implementation.
+"""Generate a student copy of the course from the reference implementation.
 
-    python assignments/make_student.py OUT [--tasks task1_1 task1_3]
+    python assignments/make_student.py OUT --assignment N [--solved 1]
+    python assignments/make_student.py OUT --tasks task1_1 task1_3
+    python assignments/make_student.py OUT                  # every task released as work
 
-OUT receives a self-contained copy of the project in which the functions of the chosen tasks
-(all tasks by default, see `tasks.py`) keep their signature, docstring and numbered step
-comments (as ``# TODO 1. ...`` lines) but have their body replaced by
-``raise NotImplementedError("task1_k: ...")`` (naming the tasks whose tests need it first):
+Every function of every task is a stub in the copy unless the copy ships the task solved
+(`copy_plan.plan`): the tasks released as work (assignment N's, those of ``--tasks``, or all of
+them without either option) keep their signature, docstring and numbered step comments (as
+``# TODO 1. ...`` lines) but have their body replaced by ``raise NotImplementedError("task1_k:
+...")`` (naming the tasks whose tests need it first), and so have the other tasks', which ship
+nothing else; the library functions doing a task's job (`tasks.Task.library_copies`) are stubbed
+with it. ``--solved`` (assignment numbers or markers) ships those tasks' reference code:
 
     OUT/README.md        start here: set-up, the tasks, the commands, how to submit
-    OUT/handouts/        one handout per task (goal, rule, spec, hints, points, questions)
-    OUT/answers/         one file per task for the answers to its written questions
-    OUT/ladref/          the package, with the chosen bodies removed
-    OUT/tests/           the public tests: the test files that carry a task marker, the
-                         helpers they import and the data files they read (tests/data/<name>,
+    OUT/handouts/        one handout per released task (goal, rule, spec, hints, points, questions)
+    OUT/answers/         one file per released task for the answers to its written questions
+    OUT/ladref/          the package, with the task bodies removed
+    OUT/tests/           the public tests: the test files that carry a released task's marker,
+                         the helpers they import and the data files they read (tests/data/<name>,
                          shipped when a public test names it): nothing that needs files the
                          copy lacks
     OUT/conftest.py      stops pytest when `import ladref` would not be this folder's package
     OUT/pyproject.toml   the project file, pytest pinned to this folder (``pythonpath = ["."]``)
     OUT/constraints.txt  the pins of the README's install command
-    OUT/assignments/     the autograder and the task table
-    OUT/docs/            the concepts page and the glossary (`handouts.READING`)
-    OUT/tutorials/       the tutorials no task holds back, with `run.py` and the repository files
-                         they read (``tutorial_needs.json``)
+    OUT/assignments/     the autograder and the task table (its TASKS: the released tasks)
+    OUT/docs/            the pages to read (`handouts.READING`)
+    OUT/tutorials/       the tutorials that show no solution of the copy's tasks and run only tasks
+                         its students can have done, with `run.py` and the repository files they
+                         read (``tutorial_needs.json``)
 
 Nothing is hand-copied: bodies are located with `ast` in the reference sources, so the student
 version always matches the current reference. The probes that grade (``assignments/hidden/``), the
 answer keys (``assignments/instructor/``), this generator and the handouts' sources stay with the
-instructor.
+instructor. `near_copies.py` checks a copy for near copies of the graded functions.
 """
 
 from __future__ import annotations
