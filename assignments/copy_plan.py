@@ -6,9 +6,15 @@ Every function of every task is a stub in a copy unless the copy says otherwise 
   all nine) are stubs with their ``# TODO`` steps, and the copy ships their handouts, answers
   files and public tests;
 * the tasks shipped *solved* (``--solved``: an assignment's number or task markers, e.g.
-  assignment 1's reference files for assignment 2's copy) keep the reference's code, and so do
-  their library copies (`tasks.Task.library_copies`); nothing else of theirs ships;
-* every other task is a stub, its library copies too, and nothing else of it ships.
+  assignment 1's reference files for assignment 2's copy) keep the reference's code; nothing else
+  of theirs ships;
+* every other task is a stub, and nothing else of it ships.
+
+The library functions doing a task's job (`tasks.Task.library_copies`) are stubbed with the task
+until its assignment is over: they ship whole in a later assignment's copy (the *earlier* tasks,
+whose solutions such a copy may show, `CopyPlan.past`), with the task solved, and in the module of a
+task released as work, which calls them (so a copy releasing tasks 1.1-1.3 and 2.2 together ships
+the one-file decoder's helpers: hand each assignment out in a copy of its own).
 """
 
 from __future__ import annotations
@@ -40,6 +46,14 @@ class CopyPlan:
         """The stubbed tasks of assignments before the work's first one: the student's own earlier work."""
         first = min((task.assignment for task in self.work), default=0)
         return tuple(task for task in self.stubbed if task.assignment < first)
+
+    def library_stubs(self) -> list[tuple[Task, str, tuple[str, ...]]]:
+        """(task, module, functions) of the library copies the copy stubs: those of the stubbed tasks but
+        the earlier assignments', except in the module of a task released as work (the work calls them:
+        task 2.2's loop calls the one-file decoder's own pool, mask and verifier)."""
+        work_modules = {task.module for task in self.work}
+        return [(task, module, functions) for task in self.stubbed if task not in self.earlier
+                for module, functions in task.library_functions().items() if module not in work_modules]
 
     @property
     def past(self) -> set[str]:

@@ -10,7 +10,8 @@ them without either option) keep their signature, docstring and numbered step co
 ``# TODO 1. ...`` lines) but have their body replaced by ``raise NotImplementedError("task1_k:
 ...")`` (naming the tasks whose tests need it first), and so have the other tasks', which ship
 nothing else; the library functions doing a task's job (`tasks.Task.library_copies`) are stubbed
-with it. ``--solved`` (assignment numbers or markers) ships those tasks' reference code:
+with it until its assignment is over. ``--solved`` (assignment numbers or markers) ships those
+tasks' reference code:
 
     OUT/README.md        start here: set-up, the tasks, the commands, how to submit
     OUT/handouts/        one handout per released task (goal, rule, spec, hints, points, questions)
@@ -232,13 +233,15 @@ def reading_and_tutorials(copy_plan: CopyPlan) -> list[str]:
 
 
 def stub_tasks(out: Path, copy_plan: CopyPlan) -> None:
-    """Stub every task the copy does not ship solved, and the library copies of each (`Task.library_copies`)."""
+    """Stub every task the copy does not ship solved, and the library copies (`Task.library_copies`) of
+    those whose assignment is not over (`CopyPlan.library_stubs`)."""
     for task in copy_plan.stubbed:
         path = out / task.module
         path.write_text(stub_source(path.read_text(), task.marker, task.functions))
-        for module, functions in task.library_functions().items():
-            path = out / module
-            path.write_text(stub_source(path.read_text(), task.marker, functions, lambda _, name: library_stub_message(task, name)))
+    for task, module, functions in copy_plan.library_stubs():
+        path = out / module
+        message = lambda _, name, task=task: library_stub_message(task, name)  # noqa: E731
+        path.write_text(stub_source(path.read_text(), task.marker, functions, message))
 
 
 def copy_tests(out: Path, markers: list[str]) -> None:

@@ -13,8 +13,8 @@ drops comments and layout. Two normalised bodies are compared token by token (`d
 expression or a few lines changed. Bodies shorter than `MIN_TOKENS` tokens (one-line helpers) are not compared.
 
 The graded functions are those of `tasks.TASKS` (``Task.functions``), read from the reference
-repository; the functions of tasks the copy ships solved (``--solved``) are left out, since the
-copy holds them on purpose. Exit status 1 when a near copy is found.
+repository; those of the tasks whose solutions the copy may show (``--solved``: shipped solved,
+or an earlier assignment's, over by the copy's) are left out, since the copy holds them on purpose. Exit status 1 when a near copy is found.
 """
 
 from __future__ import annotations

@@ -49,9 +49,10 @@ class Task:
         solution_tutorials: tutorials that show what the task builds; hand them out only after
             the task's deadline.
         library_copies: functions of the library, outside `module`, that do the task's job
-            ("path:qualname", e.g. the captured decoder's copy of the batch cache); a student copy
-            stubs them with the task's functions (and ships them whole only where it ships the task
-            solved), so that no working solution sits beside the stubs.
+            ("path:qualname", e.g. the captured decoder's copy of the batch cache, or the one-file
+            decoder's own n-gram pool); a student copy stubs them with the task's functions until
+            the task's assignment is over (they ship whole in a later assignment's copy, and where
+            the copy ships the task solved), so that no working solution sits beside the stubs.
     """
 
     marker: str
@@ -110,6 +111,7 @@ TASKS: tuple[Task, ...] = (
         points=20,
         hours="3-4",
         solution_tutorials=("03_attention_mask",),
+        library_copies=("ladref/minimal.py:step_mask", "ladref/minimal.py:build_step"),
     ),
     Task(
         "task1_2",
@@ -119,6 +121,7 @@ TASKS: tuple[Task, ...] = (
         points=15,
         hours="1-2",
         solution_tutorials=("02_ngram_pool",),
+        library_copies=tuple(f"ladref/minimal.py:{name}" for name in ("pool_add", "seed_pool", "harvest")),
     ),
     Task(
         "task1_3",
@@ -129,6 +132,7 @@ TASKS: tuple[Task, ...] = (
         points=15,
         hours="1-2",
         solution_tutorials=("04_combined_step",),
+        library_copies=("ladref/minimal.py:verify",),
     ),
     Task(
         "task1_4",
