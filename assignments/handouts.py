@@ -22,7 +22,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from overview import assignment_of, by_assignment, held_back, points_summary, tutorials, tutorials_note  # noqa: E402
+from copy_plan import CopyPlan  # noqa: E402
+from overview import assignment_of, by_assignment, held_back, points_summary, shipped_tutorials, tutorials, tutorials_note  # noqa: E402
 from tasks import QUESTIONS, TASKS, Task, answers_file, marked_files, task_by_marker, work_order  # noqa: E402
 
 REPO = HERE.parent
@@ -32,7 +33,7 @@ WHOSE_RULE = "**Whose rule:** "  # how "The rule" starts: the paper's, ladref's 
 INSTALL = 'python -m pip install -c constraints.txt -e ".[student]"'  # the package, pytest and Hypothesis only
 PAPER = ('Yichao Fu, Peter Bailis, Ion Stoica and Hao Zhang, "Break the Sequential Dependency of LLM Inference Using '
          'Lookahead Decoding", ICML 2024, arXiv:2402.02057 (<https://arxiv.org/abs/2402.02057>)')
-READING = ("docs/concepts.md", "docs/glossary.md")  # pages of the documentation a student copy ships
+READING = ("docs/concepts.md", "docs/glossary.md", "docs/sampling.md", "docs/cost_model.md")  # pages a student copy ships
 
 
 def student_commands(task: Task | None = None) -> list[tuple[str, str]]:
@@ -153,7 +154,8 @@ def render_handout(task: Task, tests: Path = REPO / "tests", level: int = 1, htm
         "(a group earns its share times the fraction of its cases that pass: answered exactly, unless the Specification "
         "above says how else its cases are judged). Visible groups, small cases drawn "
         "anew at every grading, are shown at once, with the first call that differs; hidden groups (larger, deeper cases) "
-        "after the due date. The public tests above check the same specification: pass them first. Your "
+        "after the due date. The public tests above check the same kinds of answers as the grader, on fewer and smaller "
+        "cases (the grader's cases are its own): pass them first, but passing them does not promise full marks. Your "
         f"`{task.module}` is graded on its own, with the reference's code for every other file: write the whole task in "
         "that file. Code that does not import scores 0 for the task, and a call that runs longer than its time limit "
         "fails.",
@@ -177,8 +179,20 @@ def submit_note(tasks: list[Task]) -> str:
     return f"Hand in the task files ({files}) and the `answers/` folder ({answers}), or this whole folder zipped."
 
 
-def student_readme(tasks: list[Task]) -> str:
+def earlier_work_note(copy_plan: CopyPlan) -> str:
+    """What a copy needs of the student's earlier assignments: the files of the stubbed earlier tasks
+    that this copy's tests or tutorials run ("" when there are none)."""
+    if not copy_plan.earlier:
+        return ""
+    files = ", ".join(f"`{t.module}` ({t.number})" for t in copy_plan.earlier)
+    return ("## Your earlier work\n\nThis copy holds the earlier assignment's functions as stubs: "
+            f"{files}. Some tasks here build on them (their handouts say which) and so do some tutorials: copy "
+            "your own files of the earlier assignment into this folder, at the same paths, before you start.")
+
+
+def student_readme(copy_plan: CopyPlan) -> str:
     """The README.md of a student copy: start here."""
+    tasks = list(copy_plan.work)
     commands = command_block(student_commands())
     return "\n\n".join([
         "# ladref course assignment",
@@ -209,7 +223,8 @@ def student_readme(tasks: list[Task]) -> str:
         "Work in this order: " + ", ".join(t.number for t in work_order(tasks)) + ". A task's tests run your "
         "code of the tasks it builds on (its handout says which), so finish those first. A test that stops at "
         "another task's unfinished function says so: its failure names the task to finish first.",
-        "## Tutorials", tutorials_note(tasks),
+        *filter(None, [earlier_work_note(copy_plan)]),
+        "## Tutorials", tutorials_note(copy_plan.stubbed, shipped_tutorials(copy_plan.past, copy_plan.doable)),
         "## Submit", submit_note(tasks),
     ]) + "\n"
 
@@ -219,8 +234,12 @@ def reading_note() -> str:
     return (f"* The paper: {PAPER}.\n"
             "* `docs/concepts.md`: the ideas (Jacobi iterations, the 2-D window and the n-gram pool, the combined step, "
             "draft trees), each with the ladref code that implements it.\n"
-            "* `docs/glossary.md`: the paper's terms with ladref's names for them and those of the paper's own code.\n\n"
-            "The two pages come from the project's documentation; their links to its other pages lead nowhere here.")
+            "* `docs/glossary.md`: the paper's terms with ladref's names for them and those of the paper's own code.\n"
+            "* `docs/sampling.md`: sampling with drafts: the accept rule of speculative sampling, for one draft and for "
+            "several, and why the output keeps the model's law.\n"
+            "* `docs/cost_model.md`: what a forward pass costs as it feeds more tokens, and how a step's choice "
+            "trades that cost against the tokens it accepts.\n\n"
+            "The pages come from the project's documentation; their links to its other pages lead nowhere here.")
 
 
 def instructor_notes(html: bool = False) -> str:
@@ -230,8 +249,10 @@ def instructor_notes(html: bool = False) -> str:
                      for name, tasks in sorted(held.items()))
     safe = ", ".join(code(f"tutorials/{name}.py", html) for name in tutorials() if name not in held) or "none"
     return ("| Tutorial | Shows the solution of: hand it out after these tasks' deadlines |\n|---|---|\n"
-            f"{rows}\n\nThe task table names no other tutorial ({safe}): those can go out with the course, and a "
-            "student copy ships them (`tutorials/`, with the tasks each one needs finished).")
+            f"{rows}\n\nThe task table names no other tutorial ({safe}): those can go out with the course. Each "
+            "assignment's student copy ships, in `tutorials/`, those that run only tasks its students can have done "
+            "(so tutorial 8, which runs task 2.1, comes with assignment 2), and lists the tasks each one needs finished; "
+            "assignment 2's copy also ships the tutorials held back for assignment 1.")
 
 
 def site_sections() -> dict[str, str]:

@@ -1,32 +1,39 @@
-"""Generate the student version of the course from the reference implementation.
+"""Generate a student copy of the course from the reference implementation.
 
-    python assignments/make_student.py OUT [--tasks task1_1 task1_3]
+    python assignments/make_student.py OUT --assignment N [--solved 1]
+    python assignments/make_student.py OUT --tasks task1_1 task1_3
+    python assignments/make_student.py OUT                  # every task released as work
 
-OUT receives a self-contained copy of the project in which the functions of the chosen tasks
-(all tasks by default, see `tasks.py`) keep their signature, docstring and numbered step
-comments (as ``# TODO 1. ...`` lines) but have their body replaced by
-``raise NotImplementedError("task1_k: ...")`` (naming the tasks whose tests need it first):
+Every function of every task is a stub in the copy unless the copy ships the task solved
+(`copy_plan.plan`): the tasks released as work (assignment N's, those of ``--tasks``, or all of
+them without either option) keep their signature, docstring and numbered step comments (as
+``# TODO 1. ...`` lines) but have their body replaced by ``raise NotImplementedError("task1_k:
+...")`` (naming the tasks whose tests need it first), and so have the other tasks', which ship
+nothing else; the library functions doing a task's job (`tasks.Task.library_copies`) are stubbed
+with it until its assignment is over. ``--solved`` (assignment numbers or markers) ships those
+tasks' reference code:
 
     OUT/README.md        start here: set-up, the tasks, the commands, how to submit
-    OUT/handouts/        one handout per task (goal, rule, spec, hints, points, questions)
-    OUT/answers/         one file per task for the answers to its written questions
-    OUT/ladref/          the package, with the chosen bodies removed
-    OUT/tests/           the public tests: the test files that carry a task marker, the
-                         helpers they import and the data files they read (tests/data/<name>,
+    OUT/handouts/        one handout per released task (goal, rule, spec, hints, points, questions)
+    OUT/answers/         one file per released task for the answers to its written questions
+    OUT/ladref/          the package, with the task bodies removed
+    OUT/tests/           the public tests: the test files that carry a released task's marker,
+                         the helpers they import and the data files they read (tests/data/<name>,
                          shipped when a public test names it): nothing that needs files the
                          copy lacks
     OUT/conftest.py      stops pytest when `import ladref` would not be this folder's package
     OUT/pyproject.toml   the project file, pytest pinned to this folder (``pythonpath = ["."]``)
     OUT/constraints.txt  the pins of the README's install command
-    OUT/assignments/     the autograder and the task table
-    OUT/docs/            the concepts page and the glossary (`handouts.READING`)
-    OUT/tutorials/       the tutorials no task holds back, with `run.py` and the repository files
-                         they read (``tutorial_needs.json``)
+    OUT/assignments/     the autograder and the task table (its TASKS: the released tasks)
+    OUT/docs/            the pages to read (`handouts.READING`)
+    OUT/tutorials/       the tutorials that show no solution of the copy's tasks and run only tasks
+                         its students can have done, with `run.py` and the repository files they
+                         read (``tutorial_needs.json``)
 
 Nothing is hand-copied: bodies are located with `ast` in the reference sources, so the student
 version always matches the current reference. The probes that grade (``assignments/hidden/``), the
 answer keys (``assignments/instructor/``), this generator and the handouts' sources stay with the
-instructor.
+instructor. `near_copies.py` checks a copy for near copies of the graded functions.
 """
 
 from __future__ import annotations
@@ -43,9 +50,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from copy_conftest import conftest_source  # noqa: E402
+from copy_plan import CopyPlan, plan  # noqa: E402
 from handouts import READING, answers_template, render_handout, student_readme  # noqa: E402
 from overview import shipped_tutorials  # noqa: E402
-from tasks import TASKS, Task, answers_file, dependents, marked_files, task_by_marker  # noqa: E402
+from tasks import TASKS, Task, answers_file, dependents, marked_files  # noqa: E402
 from tutorial_needs import load_needs  # noqa: E402
 
 REPO = HERE.parent
@@ -54,77 +63,6 @@ ASSIGNMENT_FILES = ("autograde.py", "grades.py", "selfcheck.py", "grading_plugin
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 STEP_COMMENT = re.compile(r"#\s*(\d+)\.\s")  # "# 1. Candidates: ..." (HF-style numbered steps)
 
-ORIGIN_CHECK = '''"""The student copy's pytest set-up: test this folder's ladref, and report failures quickly.
-
-1. Stops the tests when `import ladref` would not load this folder's package (the code you
-   write): an installed ladref (for instance the reference, after an editable install of the
-   full project) would otherwise be tested instead of yours and could pass on untouched stubs.
-2. Loads the Hypothesis profile "student": the tests' usual examples, without the shrink phase
-   (shrinking a failure of unfinished code reruns the test hundreds of times). To see a minimal
-   failing example, run one test with ``--hypothesis-profile=dev``.
-3. When a test of one task fails on another task's unfinished code (its NotImplementedError),
-   adds a line to the failure saying which task to finish first.
-"""
-
-import importlib.util
-from pathlib import Path
-
-import pytest
-from hypothesis import HealthCheck, Phase, settings
-
-HERE = Path(__file__).resolve().parent
-TASK_NAMES = __TASK_NAMES__  # marker -> how the README names the task
-
-settings.register_profile("student", max_examples=15, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                          suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    if config.pluginmanager.has_plugin("grading_plugin"):
-        return  # the autograder composes the package elsewhere and checks the origin itself
-    spec = importlib.util.find_spec("ladref")
-    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
-    if origin != HERE / "ladref" / "__init__.py":
-        raise pytest.UsageError(
-            f"the tests would import ladref from {origin}, not from {HERE / 'ladref'}. "
-            f"Run pytest from {HERE} (python -m pytest), or reinstall this folder: python -m pip install -e ."
-        )
-    if not config.getoption("--hypothesis-profile", None):
-        settings.load_profile("student")
-
-
-def unfinished_task(error):
-    """The task marker a stub's NotImplementedError starts with ("task1_5: implement ..."), else None.
-
-    A group of errors (Hypothesis reports several distinct failures as one) is searched in order.
-    """
-    for inner in getattr(error, "exceptions", ()):
-        found = unfinished_task(inner)
-        if found:
-            return found
-    if not isinstance(error, NotImplementedError):
-        return None
-    marker = str(error).split(":", 1)[0]
-    return marker if marker in TASK_NAMES else None
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if not report.failed or call.excinfo is None:
-        return
-    needed = unfinished_task(call.excinfo.value)
-    own = [mark.name for mark in item.iter_markers() if mark.name in TASK_NAMES]
-    if needed is None or not own or needed in own:
-        return
-    line = f"{own[0]} needs {TASK_NAMES[needed]} first: finish it, then come back (README: the order)"
-    if hasattr(report.longrepr, "addsection"):
-        report.longrepr.addsection("the order of the tasks", line)
-    else:
-        report.sections.append(("the order of the tasks", line))
-'''
 
 
 def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef:
@@ -196,19 +134,19 @@ def stub_message(marker: str, qualname: str) -> str:
     return message
 
 
-def conftest_source() -> str:
-    """The copy's conftest.py: `ORIGIN_CHECK` with every task's name ("task 1.5 (the draft tree and its mask)")."""
-    names = {task.marker: f"task {task.number} ({task.short_title})" for task in TASKS}
-    return ORIGIN_CHECK.replace("__TASK_NAMES__", repr(names), 1)
+def library_stub_message(task: Task, qualname: str) -> str:
+    """The NotImplementedError message of a library copy of `task` (`Task.library_copies`)."""
+    return f"{task.marker}: {qualname} does the job of task {task.number}, so this copy leaves it out (not part of your work)"
 
 
-def stub_source(source: str, marker: str, functions: tuple[str, ...]) -> str:
+def stub_source(source: str, marker: str, functions: tuple[str, ...], message=stub_message) -> str:
     """`source` with the bodies of `functions` replaced by their step comments and a NotImplementedError.
 
     Args:
         source: a module's text.
         marker: the task marker named in the error message.
         functions: qualified names of the functions to empty.
+        message: the error's text, ``message(marker, qualname)`` (default `stub_message`).
 
     Returns:
         The new text; signatures, decorators and docstrings are kept verbatim, and so are the
@@ -222,7 +160,7 @@ def stub_source(source: str, marker: str, functions: tuple[str, ...]) -> str:
         start, end = docstring_end(func, qualname), func.end_lineno  # body = lines start+1 .. end
         indent = " " * func.body[1].col_offset
         todos = [f"{indent}{text}\n" for text in step_comments(lines, start, end)]
-        stub = f'{indent}raise NotImplementedError("{stub_message(marker, qualname)}")\n'
+        stub = f'{indent}raise NotImplementedError("{message(marker, qualname)}")\n'
         cuts.append((start, end, [*todos, stub]))
     for start, end, stub in sorted(cuts, reverse=True):  # bottom-up keeps line numbers valid
         lines[start:end] = stub
@@ -251,13 +189,15 @@ def local_imports(path: Path) -> set[str]:
     return {name for name in names if (path.parent / f"{name}.py").is_file()}
 
 
-def public_tests(tests: Path) -> list[Path]:
-    """The test files a student copy ships: those carrying a task marker, and what they import.
+def public_tests(tests: Path, markers: list[str] | None = None) -> list[Path]:
+    """The test files a student copy ships: those carrying one of `markers` (default: any task's), and
+    what they import.
 
     The rule keeps out every test of something other than the tasks (the docs, the tutorials,
     the benchmarks, the LADE peer, this generator), so nothing in the copy needs a file it lacks.
     """
-    shipped = set(marked_files(tests, [t.marker for t in TASKS])) | {tests / "conftest.py"}
+    markers = [t.marker for t in TASKS] if markers is None else markers
+    shipped = set(marked_files(tests, markers)) | {tests / "conftest.py"}
     todo = list(shipped)
     while todo:
         for name in local_imports(todo.pop()):
@@ -283,36 +223,63 @@ def pinned_pyproject(text: str) -> str:
     return text.replace(header, header + pin, 1)
 
 
-def reading_and_tutorials() -> list[str]:
+def reading_and_tutorials(copy_plan: CopyPlan) -> list[str]:
     """The files, relative to the repository, that a student copy ships to read and to run: the pages of
-    `READING`, the tutorials no task holds back (`overview.shipped_tutorials`) with ``tutorials/run.py``,
-    and the files those tutorials read (``tutorial_needs.json``; never one under ``assignments/``)."""
-    names, needs = shipped_tutorials(), load_needs()
+    `READING`, the tutorials it may show (`overview.shipped_tutorials`) with ``tutorials/run.py``, and
+    the files those tutorials read (``tutorial_needs.json``; never one under ``assignments/``)."""
+    names, needs = shipped_tutorials(copy_plan.past, copy_plan.doable), load_needs()
     reads = sorted({path for name in names for path in needs[name]["reads"] if not path.startswith("assignments/")})
     return [*READING, *(f"tutorials/{name}.py" for name in names), *(["tutorials/run.py"] if names else []), *reads]
 
 
-def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
-    """Write the student version into `out` (which must not exist yet).
+def stub_tasks(out: Path, copy_plan: CopyPlan) -> None:
+    """Stub every task the copy does not ship solved, and the library copies (`Task.library_copies`) of
+    those whose assignment is not over (`CopyPlan.library_stubs`)."""
+    for task in copy_plan.stubbed:
+        path = out / task.module
+        path.write_text(stub_source(path.read_text(), task.marker, task.functions))
+    for task, module, functions in copy_plan.library_stubs():
+        path = out / module
+        message = lambda _, name, task=task: library_stub_message(task, name)  # noqa: E731
+        path.write_text(stub_source(path.read_text(), task.marker, functions, message))
 
-    Args:
-        out: destination folder.
-        markers: tasks whose functions are removed; None means all of them.
 
-    Returns:
-        The tasks removed.
-    """
-    tasks = list(TASKS) if markers is None else [task_by_marker(m) for m in markers]
-    if out.exists():
-        raise FileExistsError(f"{out} exists; choose a new folder")
-    shutil.copytree(REPO / "ladref", out / "ladref", ignore=IGNORED)
+def copy_tests(out: Path, markers: list[str]) -> None:
+    """The public tests of the tasks `markers`, their helpers and the data files they read."""
     (out / "tests").mkdir(parents=True)
-    shipped = public_tests(REPO / "tests")
+    shipped = public_tests(REPO / "tests", markers)
     for path in shipped:
         shutil.copy2(path, out / "tests" / path.name)
     for path in public_data(REPO / "tests", shipped):
         (out / "tests" / "data").mkdir(exist_ok=True)
         shutil.copy2(path, out / "tests" / "data" / path.name)
+
+
+def copy_table(work: tuple[Task, ...]) -> str:
+    """The copy's ``assignments/tasks.py``: the table, its `TASKS` narrowed to the tasks released (the self-check's)."""
+    kept = tuple(task.marker for task in work)
+    return ((HERE / "tasks.py").read_text() + "\n\n# This copy's tasks (written by make_student.py): the others are not "
+            f"part of it.\nTASKS = tuple(task for task in TASKS if task.marker in {kept!r})\n")
+
+
+def make_student(out: Path, markers: list[str] | None = None, *, assignment: int | None = None,
+                 solved: list[str] | tuple[str, ...] = ()) -> CopyPlan:
+    """Write the student version into `out` (which must not exist yet).
+
+    Args:
+        out: destination folder.
+        markers: the tasks released as work (`copy_plan.plan`); None with no `assignment`: all of them.
+        assignment: release this assignment's tasks as work instead.
+        solved: tasks (markers or assignment numbers) whose reference code the copy ships.
+
+    Returns:
+        The copy's `CopyPlan`.
+    """
+    copy_plan = plan(assignment, markers, solved)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; choose a new folder")
+    shutil.copytree(REPO / "ladref", out / "ladref", ignore=IGNORED)
+    copy_tests(out, [task.marker for task in copy_plan.work])
     for name in COPIED_FILES:
         shutil.copy2(REPO / name, out / name)
     (out / "pyproject.toml").write_text(pinned_pyproject((out / "pyproject.toml").read_text()))
@@ -320,29 +287,36 @@ def make_student(out: Path, markers: list[str] | None = None) -> list[Task]:
     (out / "assignments").mkdir()
     for name in ASSIGNMENT_FILES:
         shutil.copy2(HERE / name, out / "assignments" / name)
-    for task in tasks:
-        path = out / task.module
-        path.write_text(stub_source(path.read_text(), task.marker, task.functions))
+    (out / "assignments" / "tasks.py").write_text(copy_table(copy_plan.work))
+    stub_tasks(out, copy_plan)
     (out / "handouts").mkdir()
     (out / "answers").mkdir()
-    for task in tasks:
+    for task in copy_plan.work:
         (out / "handouts" / f"{task.marker}.md").write_text(render_handout(task, tests=out / "tests"))
         (out / answers_file(task)).write_text(answers_template(task))
-    for relative in reading_and_tutorials():
+    for relative in reading_and_tutorials(copy_plan):
         (out / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / relative, out / relative)
-    (out / "README.md").write_text(student_readme(tasks))
-    return tasks
+    (out / "README.md").write_text(student_readme(copy_plan))
+    return copy_plan
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder to create")
-    parser.add_argument("--tasks", nargs="+", metavar="MARKER", help="tasks to remove (default: all)")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--assignment", type=int, metavar="N", help="release assignment N's tasks as work")
+    chosen.add_argument("--tasks", nargs="+", metavar="MARKER", help="release these tasks as work")
+    parser.add_argument("--solved", nargs="+", default=[], metavar="N|MARKER",
+                        help="ship these tasks (an assignment's number, or markers) with the reference's code")
     args = parser.parse_args(argv)
-    tasks = make_student(args.out, args.tasks)
-    for task in tasks:
-        print(f"{task.marker}: removed {', '.join(task.functions)} from {task.module}")
+    try:
+        copy_plan = make_student(args.out, args.tasks, assignment=args.assignment, solved=args.solved)
+    except (ValueError, TypeError, FileExistsError) as err:
+        parser.error(str(err))
+    for task in TASKS:
+        state = "work" if task in copy_plan.work else "solved" if task in copy_plan.solved else "stub, not released"
+        print(f"{task.marker}: {state} ({', '.join(task.functions)} in {task.module})")
     print(f"student version written to {args.out} (start with its README.md)")
     return 0
 

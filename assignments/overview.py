@@ -91,10 +91,15 @@ def tutorials() -> list[str]:
     return sorted(p.stem for p in (REPO / "tutorials").glob("[0-9][0-9]_*.py"))
 
 
-def shipped_tutorials() -> list[str]:
-    """The tutorials a student copy ships: those no task holds back whose needs were traced."""
-    needs = load_needs()
-    return [name for name in tutorials() if name not in held_back() and name in needs]
+def shipped_tutorials(past: set[str] | frozenset[str] = frozenset(), doable: set[str] | None = None) -> list[str]:
+    """The tutorials a student copy ships: those whose needs were traced, that no task holds back
+    but those of `past` (solved in the copy, or of an earlier assignment: their deadline is over),
+    and that run no task outside `doable` (the tasks a student of the copy can have finished;
+    None: every task)."""
+    needs, held = load_needs(), held_back()
+    doable = {t.marker for t in TASKS} if doable is None else doable
+    return [name for name in tutorials() if name in needs and {t.marker for t in held.get(name, [])} <= set(past)
+            and set(needs[name]["tasks"]) <= doable]
 
 
 def spoken(numbers: list[str]) -> str:
@@ -110,21 +115,30 @@ def needed_tasks(name: str, tasks: list[Task] | tuple[Task, ...] = TASKS) -> str
 
 
 def tutorials_table() -> str:
-    """Each tutorial: the tasks it needs finished in a student copy, and whether the copy ships it."""
-    needs, held, rows = load_needs(), held_back(), []
+    """Each tutorial: the tasks it needs finished in a student copy, and whether each assignment's copy
+    (``make_student.py --assignment N``, nothing solved) ships it."""
+    from copy_plan import plan  # the copies' plans (copy_plan imports tasks only)
+
+    needs, held = load_needs(), held_back()
+    numbers = sorted({task.assignment for task in TASKS})
+    ships = {n: shipped_tutorials(plan(n).past, plan(n).doable) for n in numbers}
+    rows = []
     for name in tutorials():
         runs = f"after {needed_tasks(name)}" if name in needs and needs[name]["tasks"] else "at once" if name in needs else "not traced yet"
-        shipped = f"held back until the deadline of {spoken([t.number for t in held[name]])}" if name in held else \
-            "shipped" if name in needs else "not shipped (trace it first)"
-        rows.append(f"| `tutorials/{name}.py` | {runs} | {shipped} |")
-    return "| Tutorial | Runs in a student copy | In the copy |\n|---|---|---|\n" + "\n".join(rows)
+        cells = ["shipped" if name in ships[n] else
+                 f"held back (shows {spoken([t.number for t in held[name]])})" if name in held and
+                 {t.marker for t in held[name]} - plan(n).past else
+                 "not shipped (trace it first)" if name not in needs else "not shipped (runs a later task)" for n in numbers]
+        rows.append(f"| `tutorials/{name}.py` | {runs} | " + " | ".join(cells) + " |")
+    heads = " | ".join(f"In assignment {n}'s copy" for n in numbers)
+    return f"| Tutorial | Runs in a student copy | {heads} |\n|---|---|" + "---|" * len(numbers) + "\n" + "\n".join(rows)
 
 
-def tutorials_note(tasks: list[Task] | tuple[Task, ...] = TASKS) -> str:
-    """The student README's tutorials: those the copy ships (`shipped_tutorials`), the tasks among the
-    copy's `tasks` each one needs finished, and how to run them."""
+def tutorials_note(tasks: list[Task] | tuple[Task, ...] = TASKS, shipped: list[str] | None = None) -> str:
+    """The student README's tutorials: those the copy ships (`shipped`, default `shipped_tutorials()`),
+    the tasks among the copy's stubbed `tasks` each one needs finished, and how to run them."""
     rows = []
-    for name in shipped_tutorials():
+    for name in shipped_tutorials() if shipped is None else shipped:
         needs = needed_tasks(name, tasks)
         runs = "at once (it calls none of your functions)" if needs == "nothing" else f"once you have finished {needs}"
         rows.append(f"* `tutorials/{name}.py`: runs {runs}")

@@ -48,6 +48,11 @@ class Task:
         hours: a time estimate for a student who has read the concepts page, e.g. "2-3".
         solution_tutorials: tutorials that show what the task builds; hand them out only after
             the task's deadline.
+        library_copies: functions of the library, outside `module`, that do the task's job
+            ("path:qualname", e.g. the captured decoder's copy of the batch cache, or the one-file
+            decoder's own n-gram pool); a student copy stubs them with the task's functions until
+            the task's assignment is over (they ship whole in a later assignment's copy, and where
+            the copy ships the task solved), so that no working solution sits beside the stubs.
     """
 
     marker: str
@@ -59,6 +64,7 @@ class Task:
     question_points: int = 4
     hours: str = "2-3"
     solution_tutorials: tuple[str, ...] = ()
+    library_copies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Check `question_points` (TypeError: not an int; ValueError: negative or odd)."""
@@ -72,6 +78,21 @@ class Task:
     def number(self) -> str:
         """ "task1_4" -> "1.4" (the name students see)."""
         return self.marker.removeprefix("task").replace("_", ".")
+
+    @property
+    def assignment(self) -> int:
+        """The assignment the task belongs to: its number's first part (1 for task 1.4)."""
+        return int(self.number.split(".")[0])
+
+    def library_functions(self) -> dict[str, tuple[str, ...]]:
+        """`library_copies` by file: {"ladref/batched/static.py": ("StaticBatchCache.forward", ...)}."""
+        by_file: dict[str, tuple[str, ...]] = {}
+        for entry in self.library_copies:
+            path, _, qualname = entry.partition(":")
+            if not qualname:
+                raise ValueError(f"{self.marker}: library copy {entry!r} is not 'path:qualname'")
+            by_file[path] = (*by_file.get(path, ()), qualname)
+        return by_file
 
     @property
     def short_title(self) -> str:
@@ -90,6 +111,7 @@ TASKS: tuple[Task, ...] = (
         points=20,
         hours="3-4",
         solution_tutorials=("03_attention_mask",),
+        library_copies=("ladref/minimal.py:step_mask", "ladref/minimal.py:build_step"),
     ),
     Task(
         "task1_2",
@@ -99,6 +121,7 @@ TASKS: tuple[Task, ...] = (
         points=15,
         hours="1-2",
         solution_tutorials=("02_ngram_pool",),
+        library_copies=tuple(f"ladref/minimal.py:{name}" for name in ("pool_add", "seed_pool", "harvest")),
     ),
     Task(
         "task1_3",
@@ -109,6 +132,7 @@ TASKS: tuple[Task, ...] = (
         points=15,
         hours="1-2",
         solution_tutorials=("04_combined_step",),
+        library_copies=("ladref/minimal.py:verify",),
     ),
     Task(
         "task1_4",
@@ -136,6 +160,7 @@ TASKS: tuple[Task, ...] = (
         ("ragged_commit_plan", "BatchCache.forward", "BatchCache.commit"),
         points=10,
         hours="2-3",
+        library_copies=("ladref/batched/static.py:StaticBatchCache.forward", "ladref/batched/static.py:StaticBatchCache.commit"),
     ),
     Task(
         "task2_1",
@@ -145,7 +170,6 @@ TASKS: tuple[Task, ...] = (
         points=35,
         question_points=4,
         hours="2-3",
-        solution_tutorials=("08_speculative_sampling",),
     ),
     Task(
         "task2_2",
@@ -166,6 +190,7 @@ TASKS: tuple[Task, ...] = (
         points=30,
         question_points=6,
         hours="5-8",
+        library_copies=tuple(f"ladref/fast/adaptive.py:PolicyChoice.{name}" for name in ("may_draft", "choose", "observe", "timed")),
     ),
 )
 
@@ -176,6 +201,25 @@ def task_by_marker(marker: str) -> Task:
         if task.marker == marker:
             return task
     raise ValueError(f"unknown task {marker!r}; known: {', '.join(t.marker for t in TASKS)}")
+
+
+def assignment_numbers() -> list[int]:
+    """The assignments of the table, in order: [1, 2]."""
+    return sorted({task.assignment for task in TASKS})
+
+
+def tasks_of(assignment: int) -> list[Task]:
+    """The tasks of `assignment`, in table order.
+
+    Raises:
+        TypeError: `assignment` is not an int; ValueError: no task belongs to it.
+    """
+    if isinstance(assignment, bool) or not isinstance(assignment, int):
+        raise TypeError(f"an assignment is a number (1, 2, ...), got {assignment!r}")
+    found = [task for task in TASKS if task.assignment == assignment]
+    if not found:
+        raise ValueError(f"no assignment {assignment}; the assignments are {', '.join(map(str, assignment_numbers()))}")
+    return found
 
 
 def answers_file(task: Task) -> str:

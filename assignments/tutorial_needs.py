@@ -47,25 +47,32 @@ def recorder(calls: set[str], marker: str, function):
 
 
 def wrap_task_functions(calls: set[str]) -> None:
-    """Wrap every task function where ladref's modules look it up (methods on their class)."""
+    """Wrap every task function, and the library functions stubbed with it (`Task.library_copies`),
+    where ladref's modules look it up (methods on their class)."""
     import ladref
 
     for info in pkgutil.walk_packages(ladref.__path__, "ladref."):
         importlib.import_module(info.name)
     modules = [m for name, m in sys.modules.items() if name == "ladref" or name.startswith("ladref.")]
     for task in TASKS:
-        module = importlib.import_module(task.module.removesuffix(".py").replace("/", "."))
-        for qualname in task.functions:
-            *owner, name = qualname.split(".")
-            if owner:
-                cls = getattr(module, owner[0])
-                setattr(cls, name, recorder(calls, task.marker, cls.__dict__[name]))
-                continue
-            original = getattr(module, name)
-            for other in modules:
-                for attr, value in list(vars(other).items()):
-                    if value is original:
-                        setattr(other, attr, recorder(calls, task.marker, original))
+        for path, functions in {task.module: task.functions, **task.library_functions()}.items():
+            wrap_functions(calls, task.marker, importlib.import_module(path.removesuffix(".py").replace("/", ".")), functions, modules)
+
+
+def wrap_functions(calls: set[str], marker: str, module, functions: tuple[str, ...], modules: list) -> None:
+    """Wrap `functions` of `module` (a task's, or its library copies, which a copy stubs with it) to
+    record `marker`: methods on their class, functions wherever ladref's `modules` look them up."""
+    for qualname in functions:
+        *owner, name = qualname.split(".")
+        if owner:
+            cls = getattr(module, owner[0])
+            setattr(cls, name, recorder(calls, marker, cls.__dict__[name]))
+            continue
+        original = getattr(module, name)
+        for other in modules:
+            for attr, value in list(vars(other).items()):
+                if value is original:
+                    setattr(other, attr, recorder(calls, marker, original))
 
 
 def trace(source: Path) -> dict:

@@ -88,6 +88,10 @@ def test_step_comments_become_todos():
 def test_student_version_keeps_signatures_docstrings_and_steps(tmp_path):
     out = tmp_path / "student"
     make_student.make_student(out)
+    copies = {}  # module -> the library functions doing a task's job that this copy stubs with it
+    for _, module, functions in load("copy_plan").plan().library_stubs():
+        copies[module] = copies.get(module, ()) + functions
+    assert "ladref/batched/static.py" in copies and "ladref/minimal.py" not in copies  # task 2.2's loop calls its helpers
     for task in tasks_mod.TASKS:
         ref, stu = functions_by_name(ROOT / task.module), functions_by_name(out / task.module)
         assert ref.keys() == stu.keys()
@@ -98,10 +102,20 @@ def test_student_version_keeps_signatures_docstrings_and_steps(tmp_path):
                 raised = ast.unparse(stu_fn.body[-1])
                 assert len(stu_fn.body) == 2 and raised.startswith("raise NotImplementedError") and task.marker in raised
                 assert numbered_steps(out / task.module, stu_fn) == numbered_steps(ROOT / task.module, ref_fn)
-            else:
+            elif name not in copies.get(task.module, ()):
                 assert ast.dump(ref_fn) == ast.dump(stu_fn), f"{name} should be untouched"
     assert numbered_steps(out / "ladref/step.py", functions_by_name(out / "ladref/step.py")["draft_step"]) == list("2345")
-    stubbed = {t.module for t in tasks_mod.TASKS}
+    for module, functions in copies.items():  # a library function doing a task's job: stubbed, the rest untouched
+        ref, stu = functions_by_name(ROOT / module), functions_by_name(out / module)
+        task_functions = {f for t in tasks_mod.TASKS if t.module == module for f in t.functions}
+        assert ref.keys() == stu.keys() and set(functions) <= set(ref)
+        for name, ref_fn in ref.items():
+            stu_fn = stu[name]
+            assert (ast.dump(ref_fn) == ast.dump(stu_fn)) == (name not in {*functions, *task_functions}), name
+            assert ast.get_docstring(ref_fn) == ast.get_docstring(stu_fn)
+            if name in functions:
+                assert ast.unparse(stu_fn.body[-1]).startswith("raise NotImplementedError") and len(stu_fn.body) == 2
+    stubbed = {t.module for t in tasks_mod.TASKS} | set(copies)
     for path in (ROOT / "ladref").rglob("*.py"):
         rel = path.relative_to(ROOT).as_posix()
         if rel not in stubbed:
@@ -124,12 +138,13 @@ def test_student_copy_ships_only_what_it_can_run(tmp_path):
     assert sorted(p.name for p in (out / "handouts").iterdir()) == [f"{m}.md" for m in ALL]
 
 
-def test_generator_removes_only_the_chosen_task(tmp_path):
+def test_generator_releases_only_the_chosen_task_and_stubs_the_rest(tmp_path):
     out = tmp_path / "student"
     make_student.make_student(out, ["task1_3"])
-    assert (out / "ladref" / "masks.py").read_text() == (ROOT / "ladref" / "masks.py").read_text()
+    assert "task1_1: implement to_additive" in (out / "ladref" / "masks.py").read_text()  # not released: still a stub
     assert "task1_3: implement verify_greedy" in (out / "ladref" / "verify.py").read_text()
     assert [p.name for p in (out / "handouts").iterdir()] == ["task1_3.md"]
+    assert [p.name for p in (out / "tests").glob("test_*.py")] == ["test_verify.py"]
     with pytest.raises(ValueError, match="unknown task"):
         make_student.make_student(tmp_path / "other", ["task9"])
 
@@ -324,7 +339,8 @@ def test_documented_student_commands_work_in_a_fresh_copy(tmp_path):
 @pytest.mark.slow
 def test_a_solved_copy_passes_the_documented_commands(tmp_path):
     out = tmp_path / "student"
-    make_student.make_student(out, [])  # nothing removed: the reference's code in a student copy
+    make_student.make_student(out, ["task1_3"], solved=[m for m in ALL if m != "task1_3"])
+    shutil.copy2(ROOT / "ladref" / "verify.py", out / "ladref" / "verify.py")  # the task done: the reference's code
     for command, _ in handouts.student_commands(tasks_mod.task_by_marker("task1_3"))[1:]:  # -x adds nothing when all pass
         proc = run(shell(command), out)
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}"

@@ -71,9 +71,9 @@ def check_layout(found: dict) -> None:
 
 @pytest.fixture
 def archive(tmp_path):
-    """The autograder zip grading every task."""
+    """The autograder zip of assignment 1."""
     out = tmp_path / "autograder.zip"
-    make_gradescope.make_gradescope(out)
+    make_gradescope.make_gradescope(out, assignment=1)
     return out
 
 
@@ -92,7 +92,8 @@ def test_zip_holds_the_scripts_on_top_and_the_reference(archive):
     assert any(n.startswith("tests/data/") for n in names)
     public = tasks_mod.marked_files(ROOT / "tests", [t.marker for t in tasks_mod.TASKS])
     assert public and all(f"tests/{p.name}" in infos for p in public)
-    assert "tests/test_gradescope.py" not in infos and "assignments/gradescope_tasks.txt" not in infos
+    assert "tests/test_gradescope.py" not in infos
+    assert {"assignments/gradescope_tasks.txt", "assignments/gradescope_budget.txt"} <= set(infos)
     assert not any(n.startswith(("docs/", "tutorials/", "benchmarks/", "assignments/gradescope/")) for n in names)
     assert not any("__pycache__" in n or n.endswith(".pyc") or ".hypothesis" in n for n in names)
     assert names[2:] == sorted(names[2:])
@@ -105,18 +106,18 @@ def test_zip_is_reproducible_and_refuses_bad_outputs(tmp_path, archive, capsys):
     assert f"wrote {again}" in printed and "KiB" in printed and "ladref/ (" in printed and FAST_TASK in printed
     with zipfile.ZipFile(again) as zf:
         assert zf.read("assignments/gradescope_tasks.txt").decode().split() == [FAST_TASK]
-    make_gradescope.make_gradescope(again, force=True)
+    make_gradescope.make_gradescope(again, assignment=1, force=True)
     assert again.read_bytes() == archive.read_bytes()  # same reference, same bytes
     with pytest.raises(FileExistsError, match="--force"):
-        make_gradescope.make_gradescope(archive)
+        make_gradescope.make_gradescope(archive, assignment=1)
     with pytest.raises(ValueError, match=r"\.zip"):
         make_gradescope.make_gradescope(tmp_path / "autograder.tar")
     with pytest.raises(ValueError, match="unknown task"):
         make_gradescope.make_gradescope(tmp_path / "x.zip", ["task9_9"])
     with pytest.raises(FileNotFoundError):
-        make_gradescope.make_gradescope(tmp_path / "missing" / "x.zip")
+        make_gradescope.make_gradescope(tmp_path / "missing" / "x.zip", assignment=1)
     with pytest.raises(SystemExit):
-        make_gradescope.main([str(archive)])
+        make_gradescope.main([str(archive), "--assignment", "1"])
     assert "exists" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.part"))
 
@@ -187,3 +188,26 @@ def test_run_autograder_grades_the_reference_and_the_stubs(tmp_path):
         assert found["score"] == expected, f"{name}: {found.get('output', '')[-3000:]}\n{proc.stdout[-3000:]}"
         assert found["tests"] and abs(sum(t["max_score"] for t in found["tests"]) - points) < 0.05  # that task alone
         assert all(t["score"] == (t["max_score"] if expected else 0) for t in found["tests"]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [1, 2])
+def test_each_assignments_zip_grades_the_reference_to_full_marks_and_stubs_to_0(tmp_path, number):
+    archive = tmp_path / f"assignment{number}.zip"
+    make_gradescope.make_gradescope(archive, assignment=number)
+    tasks = tasks_mod.tasks_of(number)
+    full = sum(t.points for t in tasks)
+    student = tmp_path / "student"
+    made = subprocess.run([sys.executable, str(ASSIGNMENTS / "make_student.py"), str(student), "--assignment", str(number)],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    for name, package, expected in (("reference", ROOT / "ladref", full), ("stubs", student / "ladref", 0)):
+        root = gradescope_root(tmp_path / name, archive)
+        submit(root / "submission", package)
+        proc = run_autograder(root)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        found = results(root)
+        check_layout(found)
+        assert abs(found["score"] - expected) < 1e-6, f"{name}: {found.get('output', '')[-3000:]}\n{proc.stdout[-3000:]}"
+        assert abs(sum(t["max_score"] for t in found["tests"]) - full) < 0.05  # this assignment's tasks, every one graded
+        assert "not graded" not in json.dumps(found), name

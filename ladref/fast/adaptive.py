@@ -86,6 +86,7 @@ class PolicyChoice:
         return not self.plain
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
+        """The nodes and window flag `DraftPolicy.choose` picks (nothing after `may_draft` said no)."""
         if self.plain:  # `may_draft` found no draft nor window could pay at this kv: a greedy step
             return DraftTree.empty(), False
         self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
@@ -94,9 +95,11 @@ class PolicyChoice:
         return choice.tree, choice.window
 
     def observe(self, tokens: Sequence[int]) -> None:
+        """Learn acceptance from the step's accepted tokens (`DraftPolicy.observe`)."""
         self.policy.observe(tokens)
 
     def timed(self, fed: int, kv: int, seconds: float) -> None:
+        """Learn the cost from the step's time (`DraftPolicy.timed`)."""
         self.policy.timed(fed, kv, seconds)
 
 
