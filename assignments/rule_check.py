@@ -6,7 +6,8 @@
 The handout of task 2.3 allows only what the step-choice protocol gives (the trees, the evidence,
 kv, the window's size, the accepted tokens, the times and ``cost``): no reaching the model, the
 runner, the proposers or the grading code through ``gc``, globals, stack frames or module state,
-and no importing adaptive decoding's policy (``ladref.fast``). This script reads the submission's
+and no importing adaptive decoding's policy (``ladref.fast``, ``ladref.pricing``,
+``ladref.batched.policy``). This script reads the submission's
 task file with `ast` (it never runs it) and prints each rule with "pass" or "FLAG" and the lines
 that raised it, then the checks that remain by hand (`HAND_CHECKS`). A flag is a place to read,
 not a verdict: decide with the code and the written answers in front of you. Exit status 1 when a
@@ -76,13 +77,16 @@ def uses_gc(tree: ast.Module) -> list[ast.AST]:
             or (isinstance(n, ast.Name) and n.id == "gc") or (isinstance(n, ast.Attribute) and n.attr == "get_objects")]
 
 
-def imports_fast(tree: ast.Module) -> list[ast.AST]:
-    def fast(module: str) -> bool:  # ladref.fast..., or relative to ladref/: .fast...
-        parts = module.lstrip(".").split(".")
-        return parts[:2] == ["ladref", "fast"] or (module.startswith(".") and parts[0] == "fast")
+POLICY_PACKAGES = ("fast", "pricing", "batched.policy", "batched.acceptance")  # adaptive decoding's policy, under ladref
+
+
+def imports_policy(tree: ast.Module) -> list[ast.AST]:
+    def policy(module: str) -> bool:  # ladref.fast..., ladref.pricing..., or relative to ladref/: .fast...
+        name = module.lstrip(".").removeprefix("ladref.") if module.startswith(("ladref.", ".")) else ""
+        return any(name == p or name.startswith(p + ".") for p in POLICY_PACKAGES)
     strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-               and ("ladref.fast" in n.value or n.value.startswith(".fast"))]  # for importlib or __import__
-    return [n for n in ast.walk(tree) if any(fast(m) for m in imported(n))] + strings
+               and any(f"ladref.{p}" in n.value or n.value.startswith(f".{p}") for p in POLICY_PACKAGES)]  # importlib, __import__
+    return [n for n in ast.walk(tree) if any(policy(m) for m in imported(n))] + strings
 
 
 def uses_frames(tree: ast.Module) -> list[ast.AST]:
@@ -110,7 +114,7 @@ def imports_beyond_the_protocol(tree: ast.Module) -> list[ast.AST]:
 
 RULES = (
     Rule("no gc (the garbage collector's objects: the model, the runner)", uses_gc),
-    Rule("no importing adaptive decoding's policy (ladref.fast)", imports_fast),
+    Rule("no importing adaptive decoding's policy (ladref.fast, ladref.pricing, ladref.batched.policy)", imports_policy),
     Rule("no stack frames (inspect, sys._getframe, f_back, f_globals, ...)", uses_frames),
     Rule("no globals or module state (global, globals(), vars(), sys.modules, exec, getattr, ...)", uses_module_state),
     Rule("no files, processes or the grading code (open(), os, subprocess, importlib, assignments, ...)",

@@ -181,7 +181,7 @@ def test_rule_check_passes_the_reference_and_flags_each_broken_rule(tmp_path, ca
     assert all(f"[ ] {item}" in printed for item in rule_check.HAND_CHECKS)
     breaking = {  # one line per rule, each also allowed by none of the others' checks where it can be
         "no gc": "import gc",
-        "ladref.fast": "from .fast.policy import DraftPolicy",
+        "ladref.fast": "from .pricing.policy import DraftPolicy",
         "stack frames": "frame = sys._getframe(1).f_back",
         "module state": "global STATE",
         "files, processes": "data = open('/autograder/source/x').read()",
@@ -196,6 +196,8 @@ def test_rule_check_passes_the_reference_and_flags_each_broken_rule(tmp_path, ca
         assert all(row > 1 for flags in results.values() for row, _ in flags)  # the allowed import is never flagged
     hidden = 'import importlib\nm = importlib.import_module("ladref.fast.adaptive")\n'  # a module name in a string
     assert any("ladref.fast" in r.name and flags for r, flags in rule_check.check_source(hidden))
+    for line in ("from ladref import fast", "from ladref.batched.policy import BatchPolicy", "import ladref.pricing.acceptance"):
+        assert any("ladref.fast" in r.name and flags for r, flags in rule_check.check_source(line + "\n")), line
     (tmp_path / "course_choice.py").write_text(hidden)
     assert rule_check.main([str(tmp_path / "course_choice.py")]) == 1
     assert "[FLAG] no importing adaptive decoding's policy" in capsys.readouterr().out
