@@ -133,6 +133,8 @@ def test_the_exact_laws_are_lossless():
 @task2_1
 @pytest.mark.parametrize("q", [Q, point_mass(2, 6)], ids=["draft_distribution", "point_mass"])
 def test_accept_one_has_the_exact_joint_law(q):
+    """Over DRAWS drafts d ~ q, the emitted tokens are distributed as p and (accepted, token) as the joint law
+    (chi-square at ALPHA), for a draft distribution q and for a deterministic draft (a point mass)."""
     tokens, joint = one_p_values(accept_one, q)
     assert tokens > ALPHA, f"accept_one's tokens are not distributed as p (p-value {tokens:.2e})"
     assert joint > ALPHA, f"accept_one's (accepted, token) counts deviate from the exact law (p-value {joint:.2e})"
@@ -141,6 +143,8 @@ def test_accept_one_has_the_exact_joint_law(q):
 @task2_1
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 4])
 def test_accept_several_has_the_exact_law(k):
+    """Over DRAWS draws of k drafts ~ q, the emitted tokens are distributed as p and (index of the accepted
+    draft or all rejected, token) as the multi-round law (chi-square at ALPHA); k = 0 draws from p."""
     tokens, joint = several_p_values(accept_several, k)
     assert tokens > ALPHA, f"accept_several's tokens are not distributed as p (k = {k}, p-value {tokens:.2e})"
     assert joint > ALPHA, f"accept_several's (index, token) counts deviate from the exact law (k = {k}, p-value {joint:.2e})"

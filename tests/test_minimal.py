@@ -201,6 +201,8 @@ def test_the_loop_takes_the_steps_of_the_reference(case):
 @pytest.mark.task2_2
 @pytest.mark.parametrize("case", CASES["bad input"], ids=lambda case: case["id"])
 def test_bad_input_gets_the_errors_of_check_inputs(case):
+    """Each bad call (a knob out of range or not an int, an empty prompt, a token outside the vocabulary)
+    raises the reference's error type: the loop starts with `check_inputs`."""
     model, found = case_model(*case["model"]), {}
     for name, change in CASES["bad calls"].items():
         args = {"prompt": case["prompt"], "max_new_tokens": 4, "W": 2, "N": 3, "G": 2, **change}
