@@ -2,6 +2,9 @@
 
 A draft source proposes a token d drawn from its distribution q; the target model's distribution
 at that position is p. The emitted token y must be distributed exactly as p, however poor q is.
+Notation: here p and q are distributions over the vocabulary, as in Leviathan et al.: p the
+target's, q the draft's (the law d was drawn from). Elsewhere in ladref (docs/glossary.md) q is
+the number of tokens a forward pass is fed and p a position; neither meaning is used here.
 
 Accept rule for one draft d ~ q (Leviathan et al. 2023; Chen et al. 2023):
   # accept d with probability min(1, p(d) / q(d)): always when the target likes d at least as much;
@@ -135,8 +138,8 @@ def accept_one(
     deterministic draft) d is accepted with probability p(d) and the residual is p with d removed.
 
     Args:
-        p: (V,) target probabilities.
-        q: (V,) draft probabilities; `draft` was drawn from q.
+        p: (V,) target probabilities: the target model's distribution at the draft's position.
+        q: (V,) the draft distribution (not a count of tokens fed): the law `draft` was drawn from.
         draft: the draft token d, with q[d] > 0.
         generator: CPU generator for the draws (a uniform, then a multinomial on rejection); None
             uses torch's default generator.
@@ -165,8 +168,8 @@ def accept_several(
     the rounds from i on emit a token ~ r_i: P(y = x) = min(r_i(x), q(x)) + max(0, r_i(x) - q(x)).
 
     Args:
-        p: (V,) target probabilities.
-        q: (V,) draft probabilities, the distribution each draft was drawn from.
+        p: (V,) target probabilities: the target model's distribution at the drafts' position.
+        q: (V,) the draft distribution (not a count of tokens fed): the law each draft was drawn from.
         drafts: (k,) the draft tokens d_1, .., d_k (repeats allowed), each with q[d] > 0; k = 0
             samples from p.
         generator: CPU generator for the draws (a uniform per draft tried, then a multinomial if

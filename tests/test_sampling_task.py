@@ -251,3 +251,23 @@ def test_grading_scores_right_rules_full_marks_and_wrong_ones_less_than_half(tmp
         assert scores[name] < TASK.points / 2, (name, scores)
         law_groups = [g for g in grades[name].groups if g.name in LAW_GROUPS and "several" in g.name]
         assert law_groups and all(g.fraction == 0 for g in law_groups), name  # every accept_several case fails
+
+
+def test_the_references_point_mass_rule_is_ladrefs_sampling_chooser_draw_for_draw():
+    """q = one-hot(d): the reference's `accept_one` accepts with p(d), else draws from p without d, with
+    `SamplingChooser`'s draws one by one (a property of ladref's code; a student's rule may draw otherwise,
+    and its public tests and the grader test only the law of its outcomes)."""
+    from test_accept import P, one_law
+
+    from ladref.accept import accept_one, point_mass
+    from ladref.sampling import SamplingChooser, Warp
+
+    law_ = one_law(P, point_mass(3, 6))
+    assert law_[0].tolist() == [0, 0, 0, P[3].item(), 0, 0] and torch.equal(law_[1], P.index_fill(0, torch.tensor(3), 0))
+    ours, theirs, logits = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5), torch.Generator().manual_seed(6)
+    chooser = SamplingChooser(Warp(), theirs)
+    for _ in range(500):
+        scores = torch.randn(6, generator=logits, dtype=torch.float64) * 2
+        p, d = chooser.probs((), scores), int(torch.randint(0, 6, (), generator=logits))
+        token, accepted = accept_one(p, point_mass(d, 6), d, ours)
+        assert token == chooser.choose((), scores, [d]) and accepted == (token == d)
