@@ -82,8 +82,9 @@ def test_speed_and_cost_tables_are_narrow(bench_records):
     look = next(s for s in summaries if s.method == "lookahead 3/3/3")
     cell = f"{look.vs_greedy['geomean']:.2f}x [{look.vs_greedy['low']:.2f}, {look.vs_greedy['high']:.2f}]"
     assert f"| lookahead 3/3/3 | {look.compression:.2f} | {look.tokens_per_second:.1f} | {cell} |" in speed
-    assert "| greedy | 1.00 |" in speed and "| reference | 0 |" in speed  # greedy is not counted against itself
-    assert speed.endswith("| 2/2 | 0 |") and len(speed.splitlines()) == 2 + len(summaries)
+    flags = {s.method: s.flagged for s in summaries}  # rounds a busy machine disturbed: what this machine saw
+    assert "| greedy | 1.00 |" in speed and f"| reference | {flags['greedy']} |" in speed  # greedy is not counted against itself
+    assert speed.endswith(f"| 2/2 | {flags['hf_plookup']} |") and len(speed.splitlines()) == 2 + len(summaries)
     assert cost.splitlines()[0] == "| method | steps | ms/step | GFLOP/step | FLOPs ratio | peak mem (MiB) | added by a call (MiB) |"
     assert all(line.count("|") <= 8 for line in (speed + "\n" + cost).splitlines())  # at most 7 columns each
     assert markdown_tables(summaries) == f"Speed:\n\n{speed}\n\nCost:\n\n{cost}"
