@@ -75,8 +75,10 @@ for top in {roots!r} + glob.glob(os.path.join(tempfile.gettempdir(), "ladref-*")
                 text = open(os.path.join(folder, name), errors="replace").read()
             except OSError:
                 continue
-            # answers are objects ("groups": an object); a word in a vocabulary (a tokenizer.json) is not
-            if ('"expected": {{' in text or '"groups": {{' in text) and name.endswith((".json", ".jsonl")):
+            # answers are objects ("groups": an object); a word in a vocabulary (a tokenizer.json) is not; the
+            # public cases' answers (tests/data/, shipped to students: fixed cases, never the graded ones) are not either
+            public = os.path.basename(folder) == "data" and name in {public!r}
+            if ('"expected": {{' in text or '"groups": {{' in text) and name.endswith((".json", ".jsonl")) and not public:
                 found.append(os.path.join(folder, name))
 if found:
     open(MARKER, "w").write("\\n".join(found))
@@ -156,7 +158,8 @@ def test_a_detached_child_is_killed_before_the_grader_writes_results(tmp_path, p
 def test_no_file_the_submission_can_read_holds_the_expected_answers(tmp_path, tmp_path_factory, prepared, reference):
     marker = tmp_path / "found.txt"
     roots = [str(reference), str(tmp_path_factory.getbasetemp())]
-    code = stubs() + f"MARKER = {str(marker)!r}\n" + READ_EXPECTED.format(roots=roots)
+    public = sorted(p.name for p in make_student.public_data(ROOT / "tests", make_student.public_tests(ROOT / "tests")))
+    code = stubs() + f"MARKER = {str(marker)!r}\n" + READ_EXPECTED.format(roots=roots, public=public)
     assert graded(submit(tmp_path / "reader", code), prepared).score == 0
     assert not marker.exists(), marker.read_text() if marker.exists() else ""
 

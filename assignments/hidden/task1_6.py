@@ -70,7 +70,9 @@ def plan(case: dict) -> dict:
 def labelled_case(rng: random.Random, k: int, rows: int, widest: int, furthest: int, empty: bool = False) -> dict:
     """A plan case with the slots each row holds before the frontier (holes among them)."""
     case = plan_case(rng, k, rows, widest, furthest, empty)
-    case["width"] = max((max(row) for row in case["entries"]), default=case["K"] - 1) + 1 + rng.randint(0, 2)
+    # Q, the step's entries: past every entry, and at least K (a row keeps at most the K it was fed; fewer slots than
+    # K would put the plan's targets past the cache, which no step makes)
+    case["width"] = max(max((max(row) for row in case["entries"]), default=0) + 1, case["K"]) + rng.randint(0, 2)
     case["held"] = [[rng.random() < 0.7 for _ in range(case["frontier"])] for _ in case["counts"]]
     return case
 
