@@ -40,8 +40,9 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imported(path: Path, known: set[str]) -> set[str]:
-    """The library modules of `known` that `path` imports, anywhere in the file (relative ones resolved)."""
+def imports(path: Path) -> set[str]:
+    """Absolute names of what `path` imports, anywhere in the file: each module, and each name taken from
+    one as ``module.name`` (which is a module when it names a submodule); relative imports resolved."""
     package = ".".join(path.relative_to(ROOT).parent.parts)
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -51,7 +52,12 @@ def imported(path: Path, known: set[str]) -> set[str]:
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             module = ".".join(part for part in (base, node.module) if part)
             names |= {module} | {f"{module}.{alias.name}" for alias in node.names}
-    return {name for name in names if name in known}
+    return names
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """The library modules of `known` that `path` imports (`imports`)."""
+    return imports(path) & known
 
 
 def room(module: str) -> str:

@@ -9,6 +9,7 @@ reaches past transformers' public namespaces.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 import zipfile
@@ -34,19 +35,15 @@ def dotted(path: Path) -> str:
 PUBLIC_TRANSFORMERS = {"transformers", "transformers.generation"}
 
 
-def imports(path: Path) -> set[str]:
-    """Absolute names of the modules `path` imports (anywhere in the file, relative ones resolved)."""
-    package = ".".join(path.relative_to(ROOT).parent.parts)
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(part for part in (base, node.module) if part)
-            names.add(module)
-            names |= {f"{module}.{alias.name}" for alias in node.names if node.level}  # `from . import x`
-    return names
+def load_architecture():
+    """scripts/architecture.py, the page's generator, as a module: its `imports` reads a file's imports."""
+    spec = importlib.util.spec_from_file_location("architecture", ROOT / "scripts" / "architecture.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+imports = load_architecture().imports  # absolute names of what a file imports, anywhere in it (relative ones resolved)
 
 
 def test_importing_the_core_loads_no_bench_module():
