@@ -117,3 +117,8 @@ OTHERS = (
 )
 
 VARIANTS: tuple[Variant, ...] = (*TASK2_1, *TASK2_2, *OTHERS)
+
+
+def variants(task: str | None = None) -> list[Variant]:
+    """The registered variants, of one task (its marker) or of all."""
+    return [v for v in VARIANTS if task is None or v.task == task]

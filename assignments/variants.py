@@ -6,7 +6,8 @@ of the reference that moves a snippet fails loudly instead of testing something 
 variant is a plausible mistake: it must score below full marks in the grader (the probes of
 ``hidden/``) and in the self-check (the public tests, `selfcheck.py`). An EQUIVALENT variant
 differs from the reference only where the handout leaves a choice: it must score full marks in
-both. ``tests/test_course_rules.py`` grades every variant both ways and checks the two rules:
+both. The variants themselves are registered in ``variant_table.py`` (`variant_table.variants`).
+``tests/test_course_rules.py`` grades every variant both ways and checks the two rules:
 
 * rule 1: a submission the grader marks down, for a reason a public case can show, is marked
   down by the self-check too (the hidden probes add cases, not new kinds of checks);
@@ -72,10 +73,3 @@ class Variant:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.source((root / module).read_text()))
         return path
-
-
-def variants(task: str | None = None) -> list[Variant]:
-    """The registered variants, of one task (its marker) or of all."""
-    from variant_table import VARIANTS
-
-    return [v for v in VARIANTS if task is None or v.task == task]

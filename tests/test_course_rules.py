@@ -25,8 +25,8 @@ import test_accept
 from kit import load
 
 ROOT = Path(__file__).resolve().parents[1]
-autograde, tasks_mod, variants_mod, public_cases = map(load, ("autograde", "tasks", "variants", "public_cases"))
-VARIANTS = variants_mod.variants()
+autograde, tasks_mod, variants_mod, table, public_cases = map(load, ("autograde", "tasks", "variants", "variant_table", "public_cases"))
+VARIANTS = table.variants()
 COVERED = sorted({v.task for v in VARIANTS})
 WRONG, EQUIVALENT = variants_mod.WRONG, variants_mod.EQUIVALENT
 
