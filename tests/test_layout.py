@@ -18,14 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# the rooms, in the order they may import each other (a room imports only rooms before it)
-ROOMS = {"": "the core and its plumbing", "sources": "where drafts come from", "pricing": "what steps cost, which drafts pay",
-         "batched": "the batched engine", "decoders": "the decoders a user calls", "fast": "adaptive and compiled paths"}
 # the modules the reading map names (__main__ only forwards to the CLI)
 CORE = sorted(p for room in ("", "sources", "decoders", "pricing", "fast") for p in (ROOT / "ladref" / room).glob("*.py")
               if p.stem != "__main__")
-# every library module: the reading map's and the batched engine's
-LIBRARY = sorted({*CORE, *(ROOT / "ladref" / "batched").rglob("*.py")})
 
 
 def dotted(path: Path) -> str:
@@ -43,7 +38,12 @@ def load_architecture():
     return module
 
 
-imports = load_architecture().imports  # absolute names of what a file imports, anywhere in it (relative ones resolved)
+ARCHITECTURE = load_architecture()
+imports = ARCHITECTURE.imports  # absolute names of what a file imports, anywhere in it (relative ones resolved)
+ROOMS = ARCHITECTURE.ROOMS  # the rooms, in the order they may import each other (a room imports only rooms before it)
+room = ARCHITECTURE.room  # "ladref.batched.sources.pool" -> "batched", "ladref.step" -> "" (the core)
+module_graph = ARCHITECTURE.library_graph  # {library module: the library modules it imports, lazy imports too}
+LIBRARY = sorted(ARCHITECTURE.modules().values())  # every library module: the reading map's and the batched engine's
 
 
 def test_importing_the_core_loads_no_bench_module():
@@ -112,18 +112,6 @@ def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         return None
 
     return next((found for node in sorted(graph) if (found := visit(node))), None)
-
-
-def module_graph() -> dict[str, set[str]]:
-    """{library module: the library modules it imports, anywhere in the file (lazy imports too)}."""
-    names = {dotted(p) for p in LIBRARY if p.stem != "__init__"} | {dotted(p) for p in LIBRARY}
-    return {dotted(p): {n for n in imports(p) if n in names} - {dotted(p)} for p in LIBRARY}
-
-
-def room(module: str) -> str:
-    """The room of a library module: "ladref.batched.sources.pool" -> "batched", "ladref.step" -> ""."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 2 or (ROOT / "ladref" / parts[-1]).is_dir() else ""
 
 
 def test_the_library_import_graph_has_no_cycle_even_through_lazy_imports():
