@@ -170,21 +170,30 @@ def submit(submission: Path, package: Path) -> None:
         shutil.copy2(package / inside, submission / "ladref" / inside)
 
 
-@pytest.mark.slow
-def test_run_autograder_grades_the_reference_and_the_stubs(tmp_path):
-    archive = tmp_path / "autograder.zip"
-    make_gradescope.make_gradescope(archive, [FAST_TASK])
-    points = tasks_mod.task_by_marker(FAST_TASK).points
+def reference_and_stubs(tmp_path: Path, archive: Path, copy_options: list[str], full: float):
+    """Grade the reference and a student copy's stubs (`make_student.py` with `copy_options`) through
+    `archive`'s `run_autograder` in Gradescope-like folders; for each, after checking the run and the
+    results' layout: (name, the score expected, results.json's content, the run)."""
     student = tmp_path / "student"
-    made = subprocess.run([sys.executable, str(ASSIGNMENTS / "make_student.py"), str(student)], capture_output=True, text=True)
+    made = subprocess.run([sys.executable, str(ASSIGNMENTS / "make_student.py"), str(student), *copy_options],
+                          capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
-    for name, package, expected in (("reference", ROOT / "ladref", points), ("stubs", student / "ladref", 0)):
+    for name, package, expected in (("reference", ROOT / "ladref", full), ("stubs", student / "ladref", 0)):
         root = gradescope_root(tmp_path / name, archive)
         submit(root / "submission", package)
         proc = run_autograder(root)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         found = results(root)
         check_layout(found)
+        yield name, expected, found, proc
+
+
+@pytest.mark.slow
+def test_run_autograder_grades_the_reference_and_the_stubs(tmp_path):
+    archive = tmp_path / "autograder.zip"
+    make_gradescope.make_gradescope(archive, [FAST_TASK])
+    points = tasks_mod.task_by_marker(FAST_TASK).points
+    for name, expected, found, proc in reference_and_stubs(tmp_path, archive, [], points):
         assert found["score"] == expected, f"{name}: {found.get('output', '')[-3000:]}\n{proc.stdout[-3000:]}"
         assert found["tests"] and abs(sum(t["max_score"] for t in found["tests"]) - points) < 0.05  # that task alone
         assert all(t["score"] == (t["max_score"] if expected else 0) for t in found["tests"]), name
@@ -197,17 +206,7 @@ def test_each_assignments_zip_grades_the_reference_to_full_marks_and_stubs_to_0(
     make_gradescope.make_gradescope(archive, assignment=number)
     tasks = tasks_mod.tasks_of(number)
     full = sum(t.points for t in tasks)
-    student = tmp_path / "student"
-    made = subprocess.run([sys.executable, str(ASSIGNMENTS / "make_student.py"), str(student), "--assignment", str(number)],
-                          capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    for name, package, expected in (("reference", ROOT / "ladref", full), ("stubs", student / "ladref", 0)):
-        root = gradescope_root(tmp_path / name, archive)
-        submit(root / "submission", package)
-        proc = run_autograder(root)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        found = results(root)
-        check_layout(found)
+    for name, expected, found, proc in reference_and_stubs(tmp_path, archive, ["--assignment", str(number)], full):
         assert abs(found["score"] - expected) < 1e-6, f"{name}: {found.get('output', '')[-3000:]}\n{proc.stdout[-3000:]}"
         assert abs(sum(t["max_score"] for t in found["tests"]) - full) < 0.05  # this assignment's tasks, every one graded
         assert "not graded" not in json.dumps(found), name
