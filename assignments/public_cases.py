@@ -44,8 +44,7 @@ def record() -> dict:
     rng, decoding = random.Random(SEED), []
     for count, longest, widest, largest in SIZES:
         decoding += [task.decode_case(rng, len(decoding) + k, longest, widest, largest) for k in range(count)]
-    bad = [{"id": f"{arch}-{k}", "model": [arch, vocab, s], "prompt": [1, 2, 1, 2]}
-           for k, (arch, vocab, s) in enumerate(task.MODELS[:2])]
+    bad = task.cases(SEED)["bad input"]  # the probes' own bad-input cases (they draw nothing at random)
     return {
         "about": ("Task 2.2's public cases, answered by the reference's loop: the tokens, the type returned and the "
                   "forward passes (the model's forward wrapped and counted), and the error type of each bad call. "
