@@ -1,7 +1,8 @@
 """`draft_decode`: decoding with any draft sources, the one loop every tree decoder shares.
 
 `lookahead_decode`, `jacobi_decode`, `prompt_lookup_decode`, `recycling_decode` and `suffix_decode`
-(`ladref.decoders.methods`) are this loop with their own proposer; `draft_decode` takes yours (or several: their trees are merged).
+(`ladref.decoders.methods`) are this loop with their own proposer; `draft_decode` takes yours (or
+several: their trees are merged).
 """
 
 from __future__ import annotations
