@@ -56,7 +56,10 @@ def test_a_cpu_curve_makes_it_decode_greedily_until_drafts_pay():
     fed = result.stats.forward_tokens_per_step
     assert fed[0] == 1  # no evidence yet: a draft of unknown worth does not pay for t(2) = 2.1 t(1)
     assert max(fed) > 1 and result.stats.compression > 2.0  # once drafts are known to be accepted, it feeds them
-    learned = decoder.policy.rate(("prompt_lookup", 3, 1, 0))  # after a 3-token match
+    acceptance = decoder.policy.acceptance  # one prompt runs the engine: its `BatchPolicy`, row 0
+    _, evidence, depth, ranks = acceptance.dims
+    key = ((0 * evidence + min(3, evidence - 1)) * depth + 1) * ranks + 0  # prompt lookup after a 3-token match, depth 1, rank 0
+    learned = float(acceptance.accepted[0, key] / acceptance.reached[0, key])
     assert learned > 0.8  # checked against every step's tokens, fed or not
     flat = AdaptiveDecoder(model, cost=FLAT, proposers=[PromptLookupProposer()], window=None)([1, 2, 3], 60, eos_token_id=[])
     assert flat.stats.steps <= result.stats.steps and flat.token_ids == result.token_ids
@@ -324,3 +327,15 @@ def test_compiled_adaptive_decoder_bad_input():
         CompiledAdaptiveDecoder(model, max_lengths=64, widths=(1, 4), mode=None)("abc", 4)
     with pytest.raises(TypeError, match="does not implement the Proposer protocol"):
         CompiledAdaptiveDecoder(model, max_lengths=64, mode=None, proposers=[object()])
+
+
+def test_keep_learning_carries_acceptance_from_one_prompt_to_the_next():
+    model = tiny_model("llama", 16, 0)  # its greedy text cycles with period 5: prompt lookup soon pays
+    keeps = AdaptiveDecoder(model, cost=CPU, proposers=[PromptLookupProposer()], window=None, keep_learning=True)
+    forgets = AdaptiveDecoder(model, cost=CPU, proposers=[PromptLookupProposer()], window=None)
+    for decoder in (keeps, forgets):
+        decoder([1, 2, 3], 60, eos_token_id=[])
+    again, fresh = (decoder([1, 2, 3, 1, 2, 3], 30, eos_token_id=[]) for decoder in (keeps, forgets))
+    assert again.token_ids == fresh.token_ids == hf_greedy(model, [1, 2, 3, 1, 2, 3], 30)
+    assert fresh.stats.forward_tokens_per_step[0] == 1  # no evidence yet
+    assert again.stats.forward_tokens_per_step[0] > 1  # the last call's evidence: its first step drafts

@@ -31,13 +31,13 @@ import torch
 
 from ..config import LookaheadConfig
 from ..fast.adaptive import AdaptiveDecoder, kv_lengths_for
-from ..pricing.cost import CostModel, default_widths
+from ..pricing.cost import CostModel
 from ..pricing.cost_cache import CostCache
-from ..pricing.policy import DraftPolicy
+from ..pricing.surface import surface_key
+from ..batched.policy import BatchPolicy
 from ..decoders.greedy import greedy_decode
 from ..models import chat_ids, load_default_model
 from ..results import DecodeResult
-from ..runner import ModelRunner
 from ..decoders.methods import lookahead_decode
 from .demo_rounds import BUSY_LIMIT_S, DEFAULT_TOKENS, QUIET_LIMIT_S, Decode, Probe, Rounds, StepTimes, busy_now, plan_tokens
 from .demo_rounds import probe, steadiness, thread_fit, timed_rounds
@@ -102,14 +102,14 @@ def adaptive_decoder(model, busy: bool, kv: int) -> tuple[AdaptiveDecoder, str]:
     """What `adaptive_decode(model, ...)` builds (the user's cost cache, read or measured and kept), and how
     its curve came; on a `busy` machine without a stored curve, a small one at KV length `kv`, for this run only."""
     cache, start = CostCache.default(), time.perf_counter()
-    runner = ModelRunner(model)
-    if busy and cache.key(model, runner, default_widths(runner.device), kv_lengths_for(model)) not in cache.models:
+    if busy and surface_key(model, 1, kv_lengths=kv_lengths_for(model)) not in cache.models:
         cost = CostModel.measure(model, BUSY_WIDTHS, (kv,), repeats=3)
         return (AdaptiveDecoder(model, cost=cost, calibrate=True),
                 f"measured now in {time.perf_counter() - start:.1f} s, widths {BUSY_WIDTHS[0]}-{BUSY_WIDTHS[-1]} at KV length "
                 f"{kv}, for this run only (a curve measured on a busy machine is not kept in {cache.path})")
     known = len(cache)
     decoder = AdaptiveDecoder(model, cache=cache)
+    decoder.surface_for(1)  # one prompt's passes: read, or measured now and kept
     return decoder, f"{'measured now' if len(cache) > known else 'read'} in {time.perf_counter() - start:.1f} s ({cache.path})"
 
 
@@ -173,7 +173,7 @@ def compare(args: argparse.Namespace, config: LookaheadConfig, model, tokenizer,
     elif tokens < DEFAULT_TOKENS and args.max_new_tokens is None:
         print(f"{tokens} tokens rather than {DEFAULT_TOKENS}, to end within about {QUIET_LIMIT_S / 60:.0f} minutes "
               f"({time.perf_counter() - start:.0f} s are gone{', most to the curve, measured once' if 'measured now' in how else ''})")
-    learned: dict[int, DraftPolicy] = {}  # id(result) -> the policy of the adaptive call that returned it
+    learned: dict[int, BatchPolicy] = {}  # id(result) -> the policy of the adaptive call that returned it
 
     def adaptive(ids, n, tok, out):
         result = decoder(ids, n, tokenizer=tok, streamer=out)
@@ -196,7 +196,7 @@ def compare(args: argparse.Namespace, config: LookaheadConfig, model, tokenizer,
 
 
 def explain(model, tokenizer, config: LookaheadConfig, prompt: torch.Tensor, rounds: Rounds, decoder: AdaptiveDecoder,
-            learned: dict[int, DraftPolicy], tokens: int, busy: list[str]) -> int:
+            learned: dict[int, BatchPolicy], tokens: int, busy: list[str]) -> int:
     """Print what the fastest round measured and what it means; 0 when the three outputs are identical."""
     fastest = rounds.fastest()
     best, cost = rounds.results[fastest], decoder.cost
@@ -228,6 +228,6 @@ def explain(model, tokenizer, config: LookaheadConfig, prompt: torch.Tensor, rou
         print(("the probe found this machine busy, but the rounds held steady and matched the cost curve, so take "
                "this as likely, not settled: " if busy else "") + line)
     print(f"adaptive decoding: S = {adapted.stats.compression:.2f}; why it fed what it fed:")
-    print(adaptive_reasons(cost, learned[id(adapted)], adapted, prompt.shape[1] + adapted.stats.new_tokens / 2))
+    print(adaptive_reasons(cost, learned[id(adapted)], [p.name for p in decoder.proposers], adapted, prompt.shape[1] + adapted.stats.new_tokens / 2))
     print(gpu_expectation())
     return 0 if same else 1

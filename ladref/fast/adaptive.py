@@ -104,33 +104,36 @@ class PolicyChoice:
 
 
 class AdaptiveDecoder:
-    """Adaptive decoding on one model, its cost curve measured once and its acceptance learned as it goes.
+    """Adaptive decoding on one model, its cost measured once and its acceptance learned as it goes.
+
+    Every call, one prompt or a batch, runs the batched engine (`ladref.batched.loop.decode_batch`)
+    under one policy, `ladref.batched.policy.BatchPolicy`: one prompt is a batch of one. Only a
+    decoder given a compiled `runner` (`ladref.fast.compiled.CompiledAdaptiveDecoder`'s) steps its
+    prompt through the reference loop under the one-prompt `DraftPolicy`.
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
-        cost: the step-cost curve (`CostModel`), or for batches the surface t(q, kv, B)
-            (`ladref.pricing.surface.CostSurface`); default: taken from `cache` (`CostCache.get`),
-            measured there the first time (for a batch of B: the batched passes up to B, once).
-        cache: where to look for (and keep) a measured curve; ignored when `cost` is given.
+        cost: the cost surface t(q, kv, B) (`ladref.pricing.surface.CostSurface`), or a curve t(q, kv)
+            (`CostModel`, taken as the surface of every B); default: measured in `cache`, once: the
+            batched passes up to the call's B (`ladref.pricing.surface.cached_surface`).
+        cache: where to look for (and keep) a measured surface; ignored when `cost` is given.
             Default `CostCache.default()`: the user's cache file, so only the first decoder on a
             machine measures (17-30 s for SmolLM2-135M on 2 idle CPU cores); `CostCache()` keeps
-            the curve in that object only.
+            it in that object only.
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).
-        runner: a runner to reuse across calls (e.g. a compiled static runner; one prompt per
-            call); default a fresh `ModelRunner` per call. Its ``widths``, when it has them, are
-            the only step widths used.
-        keep_learning: keep the learned acceptance across calls (False: each call starts afresh).
-        calibrate: correct the curve by the time every step actually takes (`DraftPolicy.timed`);
-            None (default): on when the curve is measured here (`cost` omitted), off for a curve
+        runner: a compiled static runner to step one prompt per call through (its ``widths`` the
+            only step widths used); default none: the batched engine.
+        keep_learning: keep the learned acceptance across calls of one prompt each (False: each
+            call starts afresh).
+        calibrate: correct the cost by the time every pass actually takes (`PolicySettings.calibrate`);
+            None (default): on when the cost is measured here (`cost` omitted), off for a cost
             passed in, which is then taken as it is (a synthetic one means exactly what it says).
-            Off for the rows of a batch (a row's step time includes waiting for the others).
-        attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).
+        attention_backend: SDPA kernels (`ladref.kernels.sdpa_backends`).
 
     Attributes:
-        policy: the `DraftPolicy` of the last one-prompt call, or the `ladref.batched.policy.BatchPolicy`
-            of the last batch.
-        cost_cache: the `CostCache` the curve came from (None when `cost` was given).
+        policy: the last call's `ladref.batched.policy.BatchPolicy` (a `DraftPolicy` on a `runner`).
+        cost_cache: the `CostCache` the cost came from (None when `cost` was given).
     """
 
     def __init__(self, model: torch.nn.Module, *, cost: CostModel | CostSurface | None = None, cache: CostCache | None = None,
@@ -146,51 +149,79 @@ class AdaptiveDecoder:
         self.widths = None if runner is None else runner.widths
         if cache is not None:
             CostCache.given(cache)  # checked even when `cost` makes it unused
-        self.surface = cost if isinstance(cost, CostSurface) else None
-        if cost is None:  # measured at the runner's widths when it has them (the only ones it can take)
+        self.surface = CostSurface.of(cost) if isinstance(cost, CostModel) else cost
+        self._cost: CostModel | None = None
+        if cost is None:
             self.cost_cache = CostCache.given(cache)
-            cost = self.cost_cache.get(model, runner, widths=self.widths, kv_lengths=kv_lengths_for(model, runner),
-                                       attention_backend=attention_backend)
-        self.cost = cost.at(1) if isinstance(cost, CostSurface) else cost
+        if runner is not None:  # the compiled runner's own curve, measured at its widths (the only ones it can take)
+            self._cost = cost.at(1) if isinstance(cost, CostSurface) else cost
+            if cost is None:
+                self._cost = self.cost_cache.get(model, runner, widths=self.widths, kv_lengths=kv_lengths_for(model, runner),
+                                                attention_backend=attention_backend)
         self.keep_learning = keep_learning
-        self.policy = DraftPolicy(self.cost, self.widths, PolicySettings(calibrate=self.calibrate))
+        self.policy: DraftPolicy | BatchPolicy | None = None
+
+    @property
+    def cost(self) -> CostModel:
+        """t(q, kv) of one prompt's steps: the runner's curve, else the surface at B = 1 (measured in
+        the cache at its first use)."""
+        return self._cost if self._cost is not None else self.surface_for(1).at(1)
 
     def surface_for(self, rows: int) -> CostSurface:
         """The surface a batch of `rows` prices its steps with: the one given, or measured in the cache."""
+        if self.runner is not None and rows > 1:
+            raise ValueError("an AdaptiveDecoder with its own runner decodes one prompt per call")
         if self.surface is not None:
             return self.surface
-        if self.cost_cache is None:
-            raise ValueError("a CostModel prices one prompt's steps; for a batch pass cost=CostSurface(...) "
-                             "(ladref.pricing.surface), or no cost to measure the batched passes")
-        if self.runner is not None:
-            raise ValueError("an AdaptiveDecoder with its own runner decodes one prompt per call")
         return cached_surface(self.cost_cache, self.model, batches_up_to(rows), kv_lengths=kv_lengths_for(self.model),
                               attention_backend=self.attention_backend)
 
     def __call__(self, input_ids: Prompts, max_new_tokens: Budget = 64, **options: Unpack[BatchCallOptions]) -> DecodeResult | BatchResult:
-        """Decode one prompt, or a batch (arguments as `adaptive_decode`; the attention backend is the decoder's)."""
+        """Decode one prompt, or a batch (arguments as `adaptive_decode`; the attention backend is the decoder's).
+
+        Every call runs the batched engine (`ladref.batched.loop.decode_batch`, one prompt a batch of
+        one) under `BatchPolicy`; a decoder given a compiled `runner` steps its one prompt through it
+        under the one-prompt `DraftPolicy` instead.
+        """
         options = {**accept("AdaptiveDecoder.__call__", options, BatchCallOptions), "attention_backend": self.attention_backend}
-        reach = step_needs(self.proposers, MAX_DRAFT_DEPTH).reach
+        if self.runner is not None:
+            return decode_prompts(input_ids, max_new_tokens, options, self._on_runner, self._batch)
+        return decode_prompts(input_ids, max_new_tokens, options, lambda prompt, budget, opts: self._batch([prompt], [budget], opts)[0],
+                              self._batch)
 
-        def one(prompt: TokenIds, new_tokens: int, options: BatchCallOptions) -> DecodeResult:
-            call = DecodeCall.begin(self.model, prompt, new_tokens, reach, options, self.runner)
-            if not self.keep_learning:
-                self.policy = DraftPolicy(self.cost, self.widths, PolicySettings(calibrate=self.calibrate))
-            with torch.inference_mode():
-                run_drafting(call.runner, call.prompt, self.proposers, call.sink, call.stats, chooser_for(options),
-                             call.position_limit, PolicyChoice(self.policy))
-            return call.finish("adaptive")
+    def _on_runner(self, prompt: TokenIds, new_tokens: int, options: BatchCallOptions) -> DecodeResult:
+        """One prompt through the compiled runner, its steps chosen by a `DraftPolicy`."""
+        call = DecodeCall.begin(self.model, prompt, new_tokens, step_needs(self.proposers, MAX_DRAFT_DEPTH).reach, options, self.runner)
+        if not self.keep_learning or not isinstance(self.policy, DraftPolicy):
+            self.policy = DraftPolicy(self._cost, self.widths, PolicySettings(calibrate=self.calibrate))
+        with torch.inference_mode():
+            run_drafting(call.runner, call.prompt, self.proposers, call.sink, call.stats, chooser_for(options),
+                         call.position_limit, PolicyChoice(self.policy))
+        return call.finish("adaptive")
 
-        def many(prompts: list[TokenIds], budgets: list[int], options: BatchCallOptions) -> BatchResult:
-            chooser_for(options)  # the sampling keywords, checked before any forward pass
-            surface, device = self.surface_for(len(prompts)), ModelFacts.of(self.model).device
-            sources = batched_sources(self.proposers, MAX_DRAFT_DEPTH, ModelFacts.of(self.model).vocab_size)
-            self.policy = BatchPolicy(surface, len(prompts), [s.name for s in sources], max(s.depth for s in sources),
-                                      PolicySettings(), device)
-            return decode_batch(self.model, prompts, budgets, options, "adaptive", sources, self.policy,
-                                BatchSampler.from_options(options, device), reach)
+    def _batch(self, prompts: list[TokenIds], budgets: list[int], options: BatchCallOptions) -> BatchResult:
+        """Every prompt through the batched engine, its rows' steps chosen together by a `BatchPolicy`."""
+        chooser_for(options)  # the sampling keywords, checked before any forward pass
+        surface, facts = self.surface_for(len(prompts)), ModelFacts.of(self.model)
+        sources = batched_sources(self.proposers, MAX_DRAFT_DEPTH, facts.vocab_size)
+        policy = BatchPolicy(surface, len(prompts), [s.name for s in sources], max(s.depth for s in sources),
+                             PolicySettings(calibrate=self.calibrate), facts.device)
+        if self.keep_learning and isinstance(self.policy, BatchPolicy):
+            carry(self.policy, policy)
+        self.policy = policy
+        return decode_batch(self.model, prompts, budgets, options, "adaptive", sources, policy,
+                            BatchSampler.from_options(options, facts.device), step_needs(self.proposers, MAX_DRAFT_DEPTH).reach)
 
-        return decode_prompts(input_ids, max_new_tokens, options, one, many)
+
+def carry(learned: BatchPolicy, fresh: BatchPolicy) -> None:
+    """What `learned` knows of acceptance, carried into `fresh` when their rows and rates line up
+    (one prompt after another: B = 1 both); nothing else (a call's pending proposals stay its own)."""
+    old, new = learned.acceptance, fresh.acceptance
+    if old.accepted.shape != new.accepted.shape:
+        return
+    for name in ("accepted", "reached", "expected", "matched", "window_value"):
+        getattr(new, name).copy_(getattr(old, name))
+    fresh.tokens.copy_(learned.tokens)
 
 
 def adaptive_decode(

@@ -185,9 +185,16 @@ def batches_up_to(batch: int, measured: Sequence[int] = DEFAULT_BATCHES) -> tupl
 def cached_surface(cache: CostCache, model: torch.nn.Module, batches: Sequence[int], *, widths: Sequence[int] = BATCH_WIDTHS,
                    kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, repeats: int = 3, attention_backend: str = "auto") -> CostSurface:
     """The surface at `batches`, each batch size's curve taken from `cache` (measured and kept there once)."""
-    runner = ModelRunner(model, attention_backend)
-    where = f"{describe(model, runner)} | {processor(runner.device)}"
-    models = tuple(cache.remember(f"{where} | batched pass of {b} rows | widths {list(widths)} | kv {list(kv_lengths)}",
+    where = surface_key(model, 0, widths, kv_lengths, attention_backend).split(" | batched pass")[0]
+    models = tuple(cache.remember(surface_key(model, b, widths, kv_lengths, attention_backend),
                                   lambda b=b: batch_curve(model, b, widths, kv_lengths, repeats, attention_backend))
                    for b in batches)
     return CostSurface(tuple(batches), models, f"{where}, batched passes")
+
+
+def surface_key(model: torch.nn.Module, batch: int, widths: Sequence[int] = BATCH_WIDTHS,
+                kv_lengths: Sequence[int] = DEFAULT_KV_LENGTHS, attention_backend: str = "auto") -> str:
+    """The `CostCache` key of the curve of a batched pass of `batch` rows (`cached_surface` keeps it there)."""
+    runner = ModelRunner(model, attention_backend)
+    return (f"{describe(model, runner)} | {processor(runner.device)} | batched pass of {batch} rows | widths {list(widths)} "
+            f"| kv {list(kv_lengths)}")
