@@ -146,13 +146,12 @@ def test_bad_arguments_are_refused():
 
 
 def test_adaptive_decoding_over_a_width_bucketed_static_runner_is_greedy():
-    """One `StaticRunner` of a few widths serves every call; each step is padded to its bucket."""
-    from ladref.fast.static import StaticRunner
+    """One `StaticRunner` of a few widths serves every call of the engine; each step is padded to its bucket."""
+    from ladref import CompiledAdaptiveDecoder
 
     model = tiny_model("llama", 16, 0)
-    runner = StaticRunner(model, 160, widths=(1, 2, 4, 8, 16, 32))
-    decoder = AdaptiveDecoder(model, cost=CPU, runner=runner, keep_learning=True)
-    buckets = set()
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=160, widths=(1, 2, 4, 8, 16, 32), mode=None, cost=CPU, keep_learning=True)
+    runner, buckets = decoder.runners[0], set()
     for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 6, 5, 4], [7]):
         result = decoder(prompt, 40, eos_token_id=[])
         assert result.token_ids == hf_greedy(model, prompt, 40)
@@ -166,14 +165,15 @@ def test_compiled_width_buckets_serve_adaptive_decoding_exactly():
     from strategies import build_tiny
     from torch._dynamo.utils import counters
 
-    from ladref.fast.static import StaticRunner
+    from ladref import CompiledAdaptiveDecoder
 
     torch._dynamo.reset()
     model = build_tiny("llama", 16, 1).float()
-    runner = StaticRunner(model, 128, compile_mode="max-autotune", widths=(1, 4))  # two widths: ~25 s of max-autotune each
-    assert runner.compile() > 0 and sorted(runner.compile_s) == [1, 4]
+    decoder = CompiledAdaptiveDecoder(model, max_lengths=128, widths=(1, 4), mode="max-autotune", cost=CPU,
+                                      keep_learning=True)  # two widths: ~25 s of max-autotune each
+    runner = decoder.runners[0]
+    assert decoder.warmup() > 0 and sorted(runner.compile_s) == [1, 4]
     graphs = dict(counters["stats"])
-    decoder = AdaptiveDecoder(model, cost=CPU, runner=runner, keep_learning=True)
     buckets = set()
     for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [5, 4, 6, 5, 4]):
         result = decoder(prompt, 32, eos_token_id=[])
@@ -252,18 +252,18 @@ def test_compiled_adaptive_decoder_takes_the_shortest_cache_that_fits():
     decoder = CompiledAdaptiveDecoder(model, max_lengths=(96, 48), widths=(1, 4, 8), mode=None, cache=None)
     assert [r.max_length for r in decoder.runners] == [48, 96] and decoder.capture_s is None
     for prompt, expect in (([1, 2, 3, 1, 2], 48), ([1, 2, 3, 4] * 10, 96)):
-        assert decoder.decoder_for(len(prompt), 24).runner.max_length == expect
+        assert decoder.runners[decoder.runner_for(len(prompt), 24)].max_length == expect
         result = decoder(prompt, 24, eos_token_id=[])
         assert result.token_ids == hf_greedy(model, prompt, 24) and result.method == "adaptive"
-    assert decoder.capture_s is not None and all(d.cost.label.endswith(f"max_length={d.runner.max_length})")
-                                                 for d in decoder.decoders)
+    assert decoder.capture_s is not None and all(cost.label.endswith(f"max_length={runner.max_length})")
+                                                 for cost, runner in zip(decoder.costs, decoder.runners))
     with pytest.raises(ValueError, match="exceeds the longest static cache"):
         decoder([1] * 80, 24)
 
 
 def test_compiled_adaptive_decoder_shares_its_sources_across_cache_lengths():
     """One list of sources serves every cache length: warm Token Recycling and the suffix memory
-    keep what they learned whichever cache a call takes; without `proposers` each length has its own."""
+    keep what they learned whichever cache a call takes."""
     from ladref import CompiledAdaptiveDecoder
     from ladref.fast.adaptive import remembering_proposers
 
@@ -274,12 +274,9 @@ def test_compiled_adaptive_decoder_shares_its_sources_across_cache_lengths():
     short, long = [1, 2, 3, 1, 2], [1, 2, 3, 4] * 10
     for prompt in (short, long, short):
         assert decoder(prompt, 24, eos_token_id=[]).token_ids == hf_greedy(model, prompt, 24)
-    assert [[id(p) for p in d.proposers] for d in decoder.decoders] == [[id(p) for p in sources]] * 2
+    assert [id(p) for p in decoder.proposers] == [id(p) for p in sources]
     recycling, suffix = sources[2], sources[3]
     assert suffix.memory.tokens >= 3 * 24 and bool((recycling.adjacency >= 0).any())  # learned over both lengths
-    alone = CompiledAdaptiveDecoder(model, max_lengths=(48, 96), widths=(1, 4, 8), mode=None, cache=None)
-    alone.warmup()
-    assert not set(map(id, alone.decoders[0].proposers)) & set(map(id, alone.decoders[1].proposers))
 
 
 @given(architectures, vocab_sizes, seeds, st.data(), st.integers(1, 40))

@@ -247,3 +247,19 @@ def test_wrong_arguments_are_named():
         BatchRecycling(0)
     with pytest.raises(TypeError, match="RecyclingProposer"):
         BatchRecycling.from_proposer(BatchRecycling(16))
+
+
+def test_a_batch_of_one_row_leaves_a_warm_matrix_as_the_one_prompt_loop_does():
+    """One prompt after another keeps a warm proposer's matrix, through the engine as through the
+    reference loop; a batch of several rows leaves it as it was."""
+    from ladref import draft_decode
+
+    model = tiny_model("llama", 16, 0)
+    reference, engine = (RecyclingProposer.for_model(model, warm=True) for _ in range(2))
+    for prompt in ([1, 2, 3, 4], [5, 1, 2]):
+        draft_decode(model, prompt, 20, proposers=[reference], eos_token_id=[])  # one prompt: the reference loop
+        draft_decode(model, [prompt], 20, proposers=[engine], eos_token_id=[])  # a batch of one: the engine
+    assert bool((reference.adjacency >= 0).any()) and torch.equal(engine.adjacency, reference.adjacency)
+    before = engine.adjacency.clone()
+    draft_decode(model, [[1, 2, 3, 4], [5, 1, 2]], 20, proposers=[engine], eos_token_id=[])
+    assert torch.equal(engine.adjacency, before)

@@ -29,8 +29,9 @@ from ..config import check_int
 from ..kernels import sdpa_backends
 from ..results import BatchResult, DecodeResult, DecodeStats
 from ..rows import per_row
-from ..runner import ModelFacts, check_model
+from ..runner import ModelFacts, Runner, check_model
 from .cache import BatchCache
+from .runner_cache import RunnerCache
 from .source import BatchChoice, BatchSource, FeedAll, remember
 from .state import BatchState
 from .step import BatchStep, Outcome, Plan
@@ -67,7 +68,7 @@ def step_log(outcome: Outcome, cells: int, sources: int) -> torch.Tensor:
 
 def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int | Sequence[int], options: Mapping[str, Any],
                  method: str, sources: Sequence[BatchSource] = (), choice: BatchChoice | None = None,
-                 sampler: object | None = None, extent: int = 0, steps_per_read: int = 1) -> BatchResult:
+                 sampler: object | None = None, extent: int = 0, steps_per_read: int = 1, runner: Runner | None = None) -> BatchResult:
     """Decode every row of a batch with the batched step until each has stopped.
 
     Args:
@@ -81,6 +82,8 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         sampler: None for greedy verification, else the batch's sampler.
         extent: positions past the current token a step may touch (checked against the context).
         steps_per_read: k, the steps between two reads from the device (greedy verification only).
+        runner: a one-prompt runner to pass through instead of a batch's own cache (`RunnerCache`:
+            one row, one read a step; e.g. a `ladref.fast.static.StaticRunner` of compiled widths).
     """
     start, facts = time.perf_counter(), check_model(model)
     check_int("steps_per_read", steps_per_read, 1)
@@ -95,7 +98,10 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
     tokenizer = options.get("tokenizer")
     eos = eos_ids(model, facts.vocab_size, options.get("eos_token_id"), tokenizer)
     backend = options.get("attention_backend", "auto")
-    cache = BatchCache(model, facts, sdpa_backends(backend, facts.device, facts.attention), len(rows))
+    if runner is not None and steps_per_read > 1:
+        raise ValueError("a runner's cache commits what each step kept: it reads once a step (steps_per_read=1)")
+    cache = BatchCache(model, facts, sdpa_backends(backend, facts.device, facts.attention), len(rows)) if runner is None \
+        else RunnerCache(runner)
     state = BatchState.start(rows, budgets, eos, max((s.depth for s in sources), default=0) + 1, facts.device)
     step = BatchStep(cache, sources, FeedAll() if choice is None else choice, sampler)
     with torch.inference_mode():

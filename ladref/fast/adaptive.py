@@ -1,11 +1,12 @@
 """Adaptive decoding: every step feeds only the drafts this machine can afford.
 
-The same loop as every other tree decoder (`ladref.step.run_drafting`), with its hook taken by
-`PolicyChoice`: before the forward pass, `ladref.pricing.policy.DraftPolicy` picks which proposed draft nodes to verify
-(from none, a plain greedy step, to all of them) and whether to feed the lookahead window, to
-maximise expected tokens per second under the cost curve measured on this machine
-(`ladref.pricing.cost.CostModel`) and the acceptance it has learned so far, per source and depth.
-Greedy output is unchanged: drafts only decide how many tokens a step may accept.
+Every call, one prompt or a batch, runs the batched engine (`ladref.batched.loop.decode_batch`)
+with its choice taken by `ladref.batched.policy.BatchPolicy`: before each pass, every row picks which
+proposed draft nodes to verify (from none, a plain greedy step, to all of them) and whether to feed
+the lookahead window, to maximise the pass's expected tokens per second under the cost surface
+measured on this machine (`ladref.pricing.surface.CostSurface`) and the acceptance it has learned
+so far, per source and depth. Greedy output is unchanged: drafts only decide how many tokens a step
+may accept. (The same rule for one prompt, written to be read, is the tests' oracle.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from ..batched.loop import decode_batch
 from ..batched.policy import BatchPolicy
 from ..batched.sample import BatchSampler
 from ..batched.sources import batched_sources
-from ..call import DecodeCall
 from ..config import LookaheadConfig
 from ..options import BatchCallOptions, DecodeOptions, accept
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
@@ -32,12 +32,10 @@ from ..sources.prompt_lookup import PromptLookupProposer
 from ..sources.recycling import RecyclingProposer
 from ..sources.suffix import SuffixProposer
 from ..sources.suffix_trie import SuffixMemory
-from ..step import run_drafting
-from ..tree import DraftTree
 from ..types import Budget, Prompts, TokenIds
 from ..pricing.cost import DEFAULT_KV_LENGTHS, CostModel, default_widths
 from ..pricing.cost_cache import CostCache
-from ..pricing.policy import DraftPolicy, PolicySettings
+from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface, batches_up_to, cached_surface
 
 DEFAULT_WINDOW = LookaheadConfig(window_size=7, ngram_size=4, max_candidates=7)
@@ -72,44 +70,12 @@ def kv_lengths_for(model: torch.nn.Module, runner: Runner | None = None) -> tupl
     return tuple(kv for kv in DEFAULT_KV_LENGTHS if kv <= room) or (max(room // 2, 1),)
 
 
-class PolicyChoice:
-    """The loop's `ladref.step.StepChoice` for adaptive decoding of one prompt: a `DraftPolicy` picks
-    each step's nodes and window, learns acceptance from the accepted tokens and the cost from step
-    times. (A batch's rows choose together: `ladref.batched.policy.BatchPolicy`.)"""
-
-    def __init__(self, policy: DraftPolicy) -> None:
-        self.policy, self.plain = policy, False
-
-    def may_draft(self, kv: int, window_cells: int | None) -> bool:
-        """False when no draft could pay (`DraftPolicy.may_draft`): none is proposed."""
-        self.plain = not self.policy.may_draft(kv, window_cells)
-        return not self.plain
-
-    def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:
-        """The nodes and window flag `DraftPolicy.choose` picks (nothing after `may_draft` said no)."""
-        if self.plain:  # `may_draft` found no draft nor window could pay at this kv: a greedy step
-            return DraftTree.empty(), False
-        self.policy.propose(trees, evidence)  # every proposed node is checked against the accepted tokens
-        choice = self.policy.choose(trees, kv, window_cells, evidence)
-        self.policy.watch(choice.probe, choice.probe_expected)  # what drafting alone would feed: checked, fed or not
-        return choice.tree, choice.window
-
-    def observe(self, tokens: Sequence[int]) -> None:
-        """Learn acceptance from the step's accepted tokens (`DraftPolicy.observe`)."""
-        self.policy.observe(tokens)
-
-    def timed(self, fed: int, kv: int, seconds: float) -> None:
-        """Learn the cost from the step's time (`DraftPolicy.timed`)."""
-        self.policy.timed(fed, kv, seconds)
-
-
 class AdaptiveDecoder:
     """Adaptive decoding on one model, its cost measured once and its acceptance learned as it goes.
 
     Every call, one prompt or a batch, runs the batched engine (`ladref.batched.loop.decode_batch`)
-    under one policy, `ladref.batched.policy.BatchPolicy`: one prompt is a batch of one. Only a
-    decoder given a compiled `runner` (`ladref.fast.compiled.CompiledAdaptiveDecoder`'s) steps its
-    prompt through the reference loop under the one-prompt `DraftPolicy`.
+    under one policy, `ladref.batched.policy.BatchPolicy`: one prompt is a batch of one (over a
+    compiled static cache: `ladref.fast.compiled.CompiledAdaptiveDecoder`).
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
@@ -122,8 +88,6 @@ class AdaptiveDecoder:
             it in that object only.
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).
-        runner: a compiled static runner to step one prompt per call through (its ``widths`` the
-            only step widths used); default none: the batched engine.
         keep_learning: keep the learned acceptance across calls of one prompt each (False: each
             call starts afresh).
         calibrate: correct the cost by the time every pass actually takes (`PolicySettings.calibrate`);
@@ -132,72 +96,48 @@ class AdaptiveDecoder:
         attention_backend: SDPA kernels (`ladref.kernels.sdpa_backends`).
 
     Attributes:
-        policy: the last call's `ladref.batched.policy.BatchPolicy` (a `DraftPolicy` on a `runner`).
+        policy: the last call's `ladref.batched.policy.BatchPolicy`.
         cost_cache: the `CostCache` the cost came from (None when `cost` was given).
     """
 
     def __init__(self, model: torch.nn.Module, *, cost: CostModel | CostSurface | None = None, cache: CostCache | None = None,
                  proposers: Sequence[Proposer] | None = None, window: LookaheadConfig | None = DEFAULT_WINDOW,
-                 runner: Runner | None = None, keep_learning: bool = False, calibrate: bool | None = None,
-                 attention_backend: str = "auto") -> None:
+                 keep_learning: bool = False, calibrate: bool | None = None, attention_backend: str = "auto",
+                 **retired: object) -> None:
+        if "runner" in retired:
+            raise TypeError("AdaptiveDecoder takes no runner: every call runs the batched engine; for compiled steps over "
+                            "static caches use CompiledAdaptiveDecoder(model, max_lengths=...)")
+        if retired:
+            raise TypeError(f"AdaptiveDecoder() got an unexpected keyword argument {next(iter(retired))!r}")
         if cost is not None and not isinstance(cost, (CostModel, CostSurface)):
             raise TypeError(f"cost must be a CostModel or a CostSurface, got {type(cost).__name__}")
-        self.model, self.runner, self.attention_backend = model, runner, attention_backend
+        self.model, self.attention_backend = model, attention_backend
         self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
         self.calibrate = cost is None if calibrate is None else bool(calibrate)
-        self.cost_cache: CostCache | None = None
-        self.widths = None if runner is None else runner.widths
         if cache is not None:
             CostCache.given(cache)  # checked even when `cost` makes it unused
         self.surface = CostSurface.of(cost) if isinstance(cost, CostModel) else cost
-        self._cost: CostModel | None = None
-        if cost is None:
-            self.cost_cache = CostCache.given(cache)
-        if runner is not None:  # the compiled runner's own curve, measured at its widths (the only ones it can take)
-            self._cost = cost.at(1) if isinstance(cost, CostSurface) else cost
-            if cost is None:
-                self._cost = self.cost_cache.get(model, runner, widths=self.widths, kv_lengths=kv_lengths_for(model, runner),
-                                                attention_backend=attention_backend)
+        self.cost_cache = CostCache.given(cache) if cost is None else None
         self.keep_learning = keep_learning
-        self.policy: DraftPolicy | BatchPolicy | None = None
+        self.policy: BatchPolicy | None = None
 
     @property
     def cost(self) -> CostModel:
-        """t(q, kv) of one prompt's steps: the runner's curve, else the surface at B = 1 (measured in
-        the cache at its first use)."""
-        return self._cost if self._cost is not None else self.surface_for(1).at(1)
+        """t(q, kv) of one prompt's passes: the surface at B = 1 (measured in the cache at its first use)."""
+        return self.surface_for(1).at(1)
 
     def surface_for(self, rows: int) -> CostSurface:
         """The surface a batch of `rows` prices its steps with: the one given, or measured in the cache."""
-        if self.runner is not None and rows > 1:
-            raise ValueError("an AdaptiveDecoder with its own runner decodes one prompt per call")
         if self.surface is not None:
             return self.surface
         return cached_surface(self.cost_cache, self.model, batches_up_to(rows), kv_lengths=kv_lengths_for(self.model),
                               attention_backend=self.attention_backend)
 
     def __call__(self, input_ids: Prompts, max_new_tokens: Budget = 64, **options: Unpack[BatchCallOptions]) -> DecodeResult | BatchResult:
-        """Decode one prompt, or a batch (arguments as `adaptive_decode`; the attention backend is the decoder's).
-
-        Every call runs the batched engine (`ladref.batched.loop.decode_batch`, one prompt a batch of
-        one) under `BatchPolicy`; a decoder given a compiled `runner` steps its one prompt through it
-        under the one-prompt `DraftPolicy` instead.
-        """
+        """Decode one prompt, or a batch (arguments as `adaptive_decode`; the attention backend is the decoder's)."""
         options = {**accept("AdaptiveDecoder.__call__", options, BatchCallOptions), "attention_backend": self.attention_backend}
-        if self.runner is not None:
-            return decode_prompts(input_ids, max_new_tokens, options, self._on_runner, self._batch)
         return decode_prompts(input_ids, max_new_tokens, options, lambda prompt, budget, opts: self._batch([prompt], [budget], opts)[0],
                               self._batch)
-
-    def _on_runner(self, prompt: TokenIds, new_tokens: int, options: BatchCallOptions) -> DecodeResult:
-        """One prompt through the compiled runner, its steps chosen by a `DraftPolicy`."""
-        call = DecodeCall.begin(self.model, prompt, new_tokens, step_needs(self.proposers, MAX_DRAFT_DEPTH).reach, options, self.runner)
-        if not self.keep_learning or not isinstance(self.policy, DraftPolicy):
-            self.policy = DraftPolicy(self._cost, self.widths, PolicySettings(calibrate=self.calibrate))
-        with torch.inference_mode():
-            run_drafting(call.runner, call.prompt, self.proposers, call.sink, call.stats, chooser_for(options),
-                         call.position_limit, PolicyChoice(self.policy))
-        return call.finish("adaptive")
 
     def _batch(self, prompts: list[TokenIds], budgets: list[int], options: BatchCallOptions) -> BatchResult:
         """Every prompt through the batched engine, its rows' steps chosen together by a `BatchPolicy`."""
@@ -206,7 +146,7 @@ class AdaptiveDecoder:
         sources = batched_sources(self.proposers, MAX_DRAFT_DEPTH, facts.vocab_size)
         policy = BatchPolicy(surface, len(prompts), [s.name for s in sources], max(s.depth for s in sources),
                              PolicySettings(calibrate=self.calibrate), facts.device)
-        if self.keep_learning and isinstance(self.policy, BatchPolicy):
+        if self.keep_learning and self.policy is not None:
             carry(self.policy, policy)
         self.policy = policy
         return decode_batch(self.model, prompts, budgets, options, "adaptive", sources, policy,
@@ -239,7 +179,7 @@ def adaptive_decode(
 
     Each step proposes drafts from every source (prompt lookup, the lookahead window's n-gram pool,
     Token Recycling), then feeds the subset, and the window or not, that maximises expected tokens
-    per second under the measured cost curve and the acceptance learned so far (`DraftPolicy`).
+    per second under the measured cost surface and the acceptance learned so far (`BatchPolicy`).
     In a batch of B rows each row decides for itself, pricing its step on the curve of a pass of
     B rows (`ladref.pricing.surface.CostSurface.at`): where B rows already fill the machine's compute,
     a draft makes every pass dearer and the rows stop drafting by themselves.

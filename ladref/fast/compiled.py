@@ -11,10 +11,11 @@ tree's size varies and the KV cache grows. `CompiledDecoder` removes both:
   next slots and attends over the whole cache with the unused slots masked; the accepted branch
   is committed in place (a constant-size gather, a length counter), not by concatenation.
 
-The step is the same `ladref.step.draft_step` (the same mask, pool and verifier) the eager
-decoder runs; the host side (pool lookup, verification) stays plain Python on small tensors,
-outside the graph. With ``config=None`` the decoder is the compiled greedy baseline, built the
-same way (a 1-token step over the same static cache).
+The loop is the engine's (`ladref.batched.loop.decode_batch`, one prompt a batch of one), its
+cache the static runner's (`ladref.batched.runner_cache.RunnerCache`): the same step, sources,
+policy, sampler and streamer as every batch, only the forward pass compiled. With ``config=None``
+the decoder is the compiled greedy baseline, built the same way (a 1-token step over the same
+static cache).
 
 How the step compiles depends on the device (``mode="auto"``): on CUDA it is captured as a CUDA
 graph ("reduce-overhead"); on a CPU Inductor compiles it with frozen weights and its
@@ -30,20 +31,26 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from ..call import DecodeCall, prompt_ids
+from ..batched.loop import decode_batch
+from ..batched.policy import BatchPolicy
+from ..batched.sample import BatchSampler
+from ..batched.sources import batched_sources
+from ..call import prompt_ids
 from ..config import LookaheadConfig, check_int
-from ..decoders.greedy import run_greedy
 from ..options import CallOptions, OutputOptions, accept
-from ..proposer import Proposer, check_proposers
-from ..results import DecodeResult
-from ..runner import check_model
-from ..sources.lookahead import LookaheadProposer
-from ..step import run_drafting
-from ..types import TokenIds
-from .adaptive import AdaptiveDecoder
 from ..pricing.compiling import MODES as RUNNER_MODES
 from ..pricing.compiling import check_mode, check_widths
+from ..pricing.cost import CostModel
 from ..pricing.cost_cache import CostCache
+from ..pricing.policy import PolicySettings
+from ..pricing.surface import CostSurface
+from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
+from ..results import DecodeResult
+from ..runner import check_model
+from ..sampling import chooser_for
+from ..sources.lookahead import LookaheadProposer
+from ..types import TokenIds
+from .adaptive import carry, default_proposers, kv_lengths_for
 from .package_record import weights_digest
 from .precompiled import COST_FILE, check_compile_dir
 from .static import DEFAULT_WIDTHS, StaticRunner
@@ -147,19 +154,16 @@ class CompiledDecoder:
         self.warmup()
         return self._decode(input_ids, max_new_tokens, options)
 
-    @torch.inference_mode()
     def _decode(self, input_ids: TokenIds, max_new_tokens: int, options: OutputOptions) -> DecodeResult:
-        extent = self.extent
-        call = DecodeCall.begin(self.model, input_ids, max_new_tokens, extent, options, self.runner)
-        if not self.fits(call.prompt.shape[0], max_new_tokens):
-            raise ValueError(f"prompt ({call.prompt.shape[0]}) + max_new_tokens ({max_new_tokens}) + step width ({extent}) = "
-                             f"{call.prompt.shape[0] + max_new_tokens + extent} exceeds this decoder's max_length "
+        prompt = prompt_ids(self.runner.facts, input_ids)
+        if not self.fits(prompt.shape[0], max_new_tokens):
+            raise ValueError(f"prompt ({prompt.shape[0]}) + max_new_tokens ({max_new_tokens}) + step width ({self.extent}) = "
+                             f"{prompt.shape[0] + max_new_tokens + self.extent} exceeds this decoder's max_length "
                              f"{self.runner.max_length}")
-        if self.config is None:
-            run_greedy(self.runner, call.prompt, call.sink, call.stats)
-        else:
-            run_drafting(self.runner, call.prompt, [LookaheadProposer(self.config)], call.sink, call.stats)
-        return call.finish(self.method)
+        proposers = [] if self.config is None else [LookaheadProposer(self.config)]
+        sources = batched_sources(proposers, MAX_DRAFT_DEPTH, self.runner.vocab_size)
+        return decode_batch(self.model, [prompt], [max_new_tokens], options, self.method, sources, extent=self.extent,
+                            runner=self.runner)[0]
 
 
 def check_max_lengths(max_lengths: object) -> tuple[int, ...]:
@@ -182,6 +186,9 @@ class CompiledAdaptiveDecoder:
     curve) keeps a short prompt's steps as cheap as its cache allows. (A step loaded from a package
     in `compile_dir` attends over the slots it uses where the model allows,
     `ladref.fast.static.StaticRunner.cuts`; there one length, the longest, serves as well.)
+    A call is the engine's (`ladref.batched.loop.decode_batch`, a batch of one over the runner):
+    `ladref.batched.policy.BatchPolicy` chooses each step, priced on the runner's curve padded to
+    its widths (`ladref.pricing.cost.CostModel.stairs`) and calibrated by the passes' times.
 
     Args:
         model: a decoder-only transformers model (eager or SDPA attention, full-attention cache).
@@ -197,13 +204,16 @@ class CompiledAdaptiveDecoder:
         attention_backend: SDPA kernel choice (`ladref.kernels.sdpa_backends`).
         compile_dir: a folder where every runner keeps its compiled steps as AOTInductor packages,
             loaded by later decoders instead of compiling again (`ladref.fast.static.StaticRunner`).
-        proposers: the draft sources, one list shared by every length's decoder, so a source that
-            keeps state across calls keeps it whatever cache a call takes (e.g.
-            `ladref.fast.adaptive.remembering_proposers`); default each decoder's `default_proposers`.
-        keep_learning: each length's decoder keeps its learned acceptance across calls (`AdaptiveDecoder`).
+        proposers: the draft sources, one list shared by every length, so a source that keeps
+            state across calls keeps it whatever cache a call takes (e.g.
+            `ladref.fast.adaptive.remembering_proposers`); default `default_proposers`.
+        keep_learning: keep the learned acceptance from one call to the next (False: each call afresh).
+        cost: one curve t(q, kv) to price every runner's steps with, taken as it is (not calibrated);
+            default each runner's own, measured through it in `cache` and calibrated as decoding goes.
 
     Attributes:
-        decoders: one `AdaptiveDecoder` per length, shortest first (after `warmup`).
+        costs: each runner's measured curve, shortest cache first (after `warmup`).
+        policy: the last call's `BatchPolicy`.
         capture_s: seconds the compilation and the cost measurements took (`warmup`), None before it.
 
     Example:
@@ -215,9 +225,12 @@ class CompiledAdaptiveDecoder:
     def __init__(self, model: torch.nn.Module, *, max_lengths: int | Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
                  mode: str | None = "auto", cache: CostCache | None = None, attention_backend: str = "auto",
                  compile_dir: str | os.PathLike | None = None, proposers: Sequence[Proposer] | None = None,
-                 keep_learning: bool = False) -> None:
+                 keep_learning: bool = False, cost: CostModel | None = None) -> None:
         self.facts = check_model(model)
-        self.proposers = None if proposers is None else check_proposers(list(proposers))
+        if cost is not None and not isinstance(cost, CostModel):
+            raise TypeError(f"cost must be a CostModel or None, got {type(cost).__name__}")
+        self.cost = cost
+        self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model))
         self.keep_learning = keep_learning
         lengths = check_max_lengths(max_lengths)
         self.widths = check_widths(widths, lengths[0])
@@ -228,7 +241,8 @@ class CompiledAdaptiveDecoder:
         self.runners = [StaticRunner(model, m, attention_backend, compile_mode=self.mode, widths=self.widths, compile_dir=directory,
                                      weights=weights) for m in lengths]
         self.cost_cache = CostCache.given(cache, None if directory is None else directory / COST_FILE)
-        self.decoders: list[AdaptiveDecoder] = []
+        self.costs: list[CostModel] = []
+        self.policy: BatchPolicy | None = None
         self.capture_s: float | None = None
 
     def warmup(self) -> float:
@@ -237,18 +251,19 @@ class CompiledAdaptiveDecoder:
             start = time.perf_counter()
             for runner in self.runners:
                 runner.compile()  # every width, before the cost curve is measured through them
-                self.decoders.append(AdaptiveDecoder(self.model, cache=self.cost_cache, proposers=self.proposers, runner=runner,
-                                                     keep_learning=self.keep_learning, attention_backend=self.attention_backend))
+                self.costs.append(self.cost or self.cost_cache.get(self.model, runner, widths=self.widths,
+                                                                   kv_lengths=kv_lengths_for(self.model, runner),
+                                                                   attention_backend=self.attention_backend))
             self.capture_s = time.perf_counter() - start
         return self.capture_s
 
-    def decoder_for(self, prompt_tokens: int, max_new_tokens: int) -> AdaptiveDecoder:
-        """The decoder of the shortest cache holding prompt + max_new_tokens + the widest step."""
+    def runner_for(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """The index of the shortest cache holding prompt + max_new_tokens + the widest step."""
         self.warmup()
         need = prompt_tokens + max_new_tokens + self.widths[-1]
-        for decoder in self.decoders:
-            if need <= decoder.runner.max_length:
-                return decoder
+        for k, runner in enumerate(self.runners):
+            if need <= runner.max_length:
+                return k
         raise ValueError(f"prompt ({prompt_tokens}) + max_new_tokens ({max_new_tokens}) + widest step ({self.widths[-1]}) = "
                          f"{need} exceeds the longest static cache, max_lengths {[r.max_length for r in self.runners]}")
 
@@ -258,5 +273,17 @@ class CompiledAdaptiveDecoder:
         The first call runs `warmup` first; its cost is in `capture_s`, not in ``stats.wall_time_s``.
         Returns a `DecodeResult` with method "adaptive"; greedy output identical to `greedy_decode`.
         """
+        options = accept("CompiledAdaptiveDecoder.__call__", options, CallOptions)
         prompt = prompt_ids(self.facts, input_ids)  # checked here: its length picks the cache
-        return self.decoder_for(prompt.shape[0], max_new_tokens)(prompt, max_new_tokens, **options)
+        k = self.runner_for(prompt.shape[0], max_new_tokens)
+        chooser_for(options)  # the sampling keywords, checked before any forward pass
+        sources = batched_sources(self.proposers, MAX_DRAFT_DEPTH, self.facts.vocab_size)
+        surface = CostSurface.of(self.costs[k].stairs(self.widths))
+        policy = BatchPolicy(surface, 1, [s.name for s in sources], max(s.depth for s in sources),
+                             PolicySettings(calibrate=self.cost is None), self.facts.device, span=self.widths[-1])
+        if self.keep_learning and self.policy is not None:
+            carry(self.policy, policy)
+        self.policy = policy
+        return decode_batch(self.model, [prompt], [max_new_tokens], options, "adaptive", sources, policy,
+                            BatchSampler.from_options(options, self.facts.device), step_needs(self.proposers, MAX_DRAFT_DEPTH).reach,
+                            runner=self.runners[k])[0]

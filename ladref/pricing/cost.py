@@ -157,6 +157,15 @@ class CostModel:
         widths = tuple(sorted(times))
         return cls(widths, (kv_length,), (tuple(times[q] for q in widths),), label)
 
+    def stairs(self, widths: Sequence[int]) -> CostModel:
+        """t(q, kv) of a step padded to the next of `widths` (at most `max_width`), for q = 1..the widest:
+        what a runner of those compiled widths costs a step of q tokens."""
+        if max(widths) > self.max_width:
+            raise ValueError(f"width {max(widths)} is wider than this curve measures ({self.max_width})")
+        bucket = [next(w for w in sorted(widths) if w >= q) for q in range(1, max(widths) + 1)]
+        rows = tuple(tuple(_between(self.widths, row, w) for w in bucket) for row in self.seconds)
+        return CostModel(tuple(range(1, max(widths) + 1)), self.kv_lengths, rows, f"{self.label}, padded to widths {list(widths)}")
+
     @classmethod
     def from_ratios(cls, ratios: Mapping[int, float], step_s: float = 0.05, label: str = "") -> CostModel:
         """A synthetic curve t(q) = ratios[q] * step_s, e.g. ``{1: 1.0, 2: 2.1, 64: 3.7}``."""

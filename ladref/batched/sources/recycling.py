@@ -17,6 +17,8 @@ than once in a step the last position wins, as in the reference, without a loop 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ...runner import ModelFacts
@@ -76,6 +78,7 @@ class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
         self.levels, self.parents, self.order = template_levels(template)
         self.adjacency: torch.Tensor | None = None
         self.start: RecyclingProposer | None = None
+        self.alone = False
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, **options) -> "BatchRecycling":
@@ -87,9 +90,11 @@ class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
         """The batch form of a one-prompt proposer: its template and k; with ``proposer.warm``, every row
         starts from the proposer's matrix as it is at `begin`.
 
-        The proposer's matrix is left as it was: each row learns from its own text, and no row's
-        matrix (nor any mix of them, whose rows stopped at different times) is the one the
-        proposer would hold after decoding the prompts one by one. (`max_depth` and `vocab_size`,
+        A batch of one row writes its matrix back into the proposer when the call ends, as the
+        one-prompt loop leaves it, so one prompt after another keeps it warm. A batch of several
+        leaves it as it was: each row learns from its own text, and no row's matrix (nor any mix of
+        them, whose rows stopped at different times) is the one the proposer would hold after
+        decoding the prompts one by one. (`max_depth` and `vocab_size`,
         which every form takes, are the proposer's own here: its template's depth, its matrix's rows.)
         """
         if not isinstance(proposer, RecyclingProposer):
@@ -105,6 +110,7 @@ class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
         if self.start is not None:
             first[:v] = torch.where(self.start.adjacency < 0, v, self.start.adjacency)
         self.adjacency = first.to(device).expand(state.size, v + 2, k).clone()
+        self.alone = state.size == 1  # a batch of one row: its matrix goes back to a warm proposer at the end
         self.parents = self.parents.to(device)
         self.levels = [(None if p is None else p.to(device), r.to(device)) for p, r in self.levels]
         self.order = None if self.order is None else self.order.to(device)
@@ -150,7 +156,15 @@ class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep` ((B',) long, in order)."""
+        if keep.numel() == 0:
+            self.finish(())
         self.adjacency = self.adjacency.index_select(0, keep)
+
+    def finish(self, outputs: Sequence[Sequence[int]]) -> None:
+        """The call's end (or its one row's leaving): a batch of one row writes its matrix back into
+        the warm proposer it started from (`from_proposer`)."""
+        if self.start is not None and self.alone and self.adjacency.shape[0] == 1:
+            self.start.adjacency.copy_(self.matrix(0).to(self.start.adjacency.device))
 
     def matrix(self, row: int) -> torch.Tensor:
         """(V, k) long, row `row`'s matrix as `RecyclingProposer.adjacency` holds it (-1: unknown); for inspection."""
