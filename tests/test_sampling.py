@@ -22,6 +22,7 @@ from transformers import (
 )
 
 from ladref import DraftTree, LookaheadConfig, PromptLookupProposer, RecyclingProposer, TreeTemplate, greedy_decode, lookahead_decode
+from ladref.batched.sample import BatchSampler
 from ladref.sampling import SamplingChooser, Warp, make_chooser
 from ladref.decoders.sample import sample_decode
 from ladref.verify import verify_chosen
@@ -246,37 +247,46 @@ def test_tree_sampling_test_rejects_a_wrong_accept_rule(source):
     assert chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp)) < ALPHA
 
 
-def _sampled_adaptively(static: bool, chooser_factory, draws: int, k: int = 2) -> tuple[torch.Tensor, int]:
-    """Joint counts of k-token samples through adaptive decoding's loop, and the drafted tokens accepted.
+def _sampled_adaptively(static: bool, sampler_factory, draws: int, k: int = 2) -> tuple[torch.Tensor, int]:
+    """Joint counts of k-token samples through adaptive decoding's loop (the engine, a batch of one,
+    as `adaptive_decode` runs it), and the drafted tokens accepted.
 
     A flat cost curve makes the policy feed every proposed node. ``static``: through a
-    `StaticRunner` of a few widths, the runner `ladref.CompiledAdaptiveDecoder` compiles (here
-    not compiled: the same padded steps), one runner for all draws as there."""
-    from ladref.fast.adaptive import PolicyChoice
-    from ladref.call import TokenSink
-    from ladref.pricing.cost import CostModel
-    from ladref.pricing.policy import DraftPolicy
-    from ladref.step import run_drafting
-    from ladref.results import DecodeStats
-    from ladref.runner import ModelRunner
+    `StaticRunner` of a few widths, as `ladref.CompiledAdaptiveDecoder` runs it (here not
+    compiled: the same padded steps), one runner for all draws as there."""
+    from ladref.batched.loop import decode_batch
+    from ladref.batched.policy import BatchPolicy
+    from ladref.batched.sources import batched_sources
     from ladref.fast.static import StaticRunner
+    from ladref.pricing.cost import CostModel
+    from ladref.pricing.surface import CostSurface
+    from ladref.proposer import MAX_DRAFT_DEPTH
 
     model, (prompt, lookup), samples, accepted = peaky_model(), DRAFT_SOURCES["prompt_lookup"], [], 0
     proposers = [lookup(), DRAFT_SOURCES["recycling"][1]()]
     runner = StaticRunner(model, 48, widths=(1, 4, 16, 32)) if static else None
-    policy, chooser = DraftPolicy(CostModel.flat(64), getattr(runner, "widths", None)), chooser_factory()
+    flat = CostModel.flat(64)
+    surface, sampler = CostSurface.of(flat.stairs(runner.widths) if static else flat), sampler_factory()
     for _ in range(draws):
-        sink, stats = TokenSink(k, frozenset()), DecodeStats()
-        run_drafting(runner or ModelRunner(model), torch.tensor(prompt), proposers, sink, stats, chooser, None, PolicyChoice(policy))
-        samples.append(sink.tokens)
-        accepted += stats.new_tokens - stats.steps
+        sources = batched_sources(proposers, MAX_DRAFT_DEPTH, 8)  # the peaky model's vocabulary
+        policy = BatchPolicy(surface, 1, [s.name for s in sources], max(s.depth for s in sources))
+        result = decode_batch(model, [prompt], k, {"eos_token_id": []}, "adaptive", sources, policy, sampler, runner=runner)[0]
+        samples.append(result.token_ids)
+        accepted += result.stats.new_tokens - result.stats.steps
     return joint_counts(samples, 8, k), accepted
+
+
+class BatchNoRenormalisation(BatchSampler):
+    """Biased: a later sibling is tested against q itself, not the residual's renormalised q."""
+
+    def accepts(self, u, q, before):
+        return u < q
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["eager", "static_runner"])
 def test_adaptive_sampling_matches_exact_distribution(static):
     generator, warp = torch.Generator().manual_seed(21), Warp(temperature=0.8)
-    counts, accepted = _sampled_adaptively(static, lambda: SamplingChooser(warp, generator), 600)
+    counts, accepted = _sampled_adaptively(static, lambda: BatchSampler("cpu", temperature=0.8, generator=generator), 600)
     assert accepted > 100  # drafts were fed and accepted: the tree walk was exercised
     prompt = DRAFT_SOURCES["prompt_lookup"][0]
     p = chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp))
@@ -286,6 +296,6 @@ def test_adaptive_sampling_matches_exact_distribution(static):
 @pytest.mark.parametrize("static", [False, True], ids=["eager", "static_runner"])
 def test_adaptive_sampling_test_rejects_a_wrong_accept_rule(static):
     generator, warp = torch.Generator().manual_seed(21), Warp(temperature=0.8)
-    counts, _ = _sampled_adaptively(static, lambda: NoRenormalisation(warp, generator), 600)
+    counts, _ = _sampled_adaptively(static, lambda: BatchNoRenormalisation("cpu", temperature=0.8, generator=generator), 600)
     prompt = DRAFT_SOURCES["prompt_lookup"][0]
     assert chi_square_p(counts, exact_joint(peaky_model(), prompt, 2, warp)) < ALPHA
