@@ -1,8 +1,8 @@
 """Where measured cost curves are kept (`ladref.pricing.cost_cache.CostCache`): a cache passed in is used, a file
 is written, a second decoder measures nothing, and a broken file never stops a decode.
 
-Every check counts forward passes, never time: a decode spends one pass per step (the first runs
-the prompt too), so any pass beyond ``steps`` is a measurement.
+Every check counts forward passes, never time: a decode spends one pass caching the prompt and one
+per step (the engine's, `ladref.batched.loop.decode_batch`), so any pass beyond those is a measurement.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def passes_beyond_decoding(decode) -> int:
-    """Forward passes `decode()` spent besides its steps (the first runs the prompt too): 0 when it measured nothing."""
+    """Forward passes `decode()` spent besides the prompt's and its steps: 0 when it measured nothing."""
     shapes, handle = count_passes(tiny_model("llama", 16, 0))
     try:
         result = decode()
     finally:
         handle.remove()
-    return len(shapes) - result.stats.steps
+    return len(shapes) - 1 - result.stats.steps
 
 
 def test_an_empty_cache_passed_in_keeps_the_curve_and_a_second_call_measures_nothing():
@@ -43,7 +43,7 @@ def test_an_empty_cache_passed_in_keeps_the_curve_and_a_second_call_measures_not
 
 def test_a_cache_on_a_new_path_writes_its_file_and_a_later_reader_measures_nothing(tmp_path):
     model, path = tiny_model("llama", 16, 0), tmp_path / "new" / "costs.json"
-    AdaptiveDecoder(model, cache=CostCache(path))
+    AdaptiveDecoder(model, cache=CostCache(path))(PROMPT, 4, eos_token_id=[])  # the first call measures
     assert path.is_file() and len(CostCache(path)) == 1
     assert passes_beyond_decoding(lambda: AdaptiveDecoder(model, cache=CostCache(path))(PROMPT, 12, eos_token_id=[])) == 0
 
