@@ -90,6 +90,7 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
 
     Raises:
         ValueError: a streamer with a batch of several rows (and what `check_rows` refuses), before any forward pass.
+        TypeError: a streamer without ``put`` / ``end`` (and what `check_rows` refuses).
     """
     start, facts = time.perf_counter(), check_model(model)
     check_int("steps_per_read", steps_per_read, 1)

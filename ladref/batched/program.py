@@ -5,8 +5,9 @@ then the next step's plan) as one function of tensors, its shapes fixed by the h
 draft nodes fed and whether the window is). It plans the next step at its end, so the shape the
 host reads between steps is that of the plan the next step runs, chosen after this step's outcome.
 `ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs it. The helpers here say
-what it can take (the sources whose forms keep one shape, `check_settings`; `check_node_widths`; `check_fits`), which programs it runs (`program_shapes`),
-and run and price them (`each_program`, `program_cost`).
+what it can take (the sources whose forms keep one shape, `check_settings`; `check_node_widths`; a
+call's room, `check_fits`), which programs it runs (`program_shapes`), and run and price them
+(`each_program`, `program_cost`).
 """
 
 from __future__ import annotations
