@@ -45,6 +45,8 @@ class OutputOptions(TypedDict, total=False):
             config, its config, then the tokenizer's). ``[]``: always generate max_new_tokens.
         tokenizer: decodes the tokens into `DecodeResult.text` (default: no text).
         streamer: a transformers streamer; gets the prompt, each accepted token in order, then ``end()``.
+            It follows one sequence: one prompt, or a batch of one row, whose new tokens the engine
+            puts at each read (`ladref.batched.stream.RowStream`); a batch of several rows is refused.
     """
 
     eos_token_id: EosIds

@@ -108,7 +108,8 @@ def decode_prompts(input_ids: object, max_new_tokens: int | Sequence[int], optio
     tensor included, is cut to its ``attention_mask`` if one is given (`one_prompt`).
 
     Raises:
-        ValueError: an empty batch, budgets of another length, or a streamer with a batch.
+        ValueError: an empty batch, budgets of another length, or a streamer with a batch of several
+            rows (a batch of one row streams: `ladref.batched.stream.RowStream`).
     """
     prompts = batch_prompts(input_ids, options.get("attention_mask"))
     rest = {k: v for k, v in options.items() if k != "attention_mask"}
@@ -116,6 +117,6 @@ def decode_prompts(input_ids: object, max_new_tokens: int | Sequence[int], optio
         return one(one_prompt(input_ids, options.get("attention_mask")), max_new_tokens, rest)
     if not prompts:
         raise ValueError("the batch is empty")
-    if options.get("streamer") is not None:
-        raise ValueError("a streamer follows one sequence; decode a batch without one")
+    if options.get("streamer") is not None and len(prompts) > 1:
+        raise ValueError("a streamer follows one sequence; decode a batch of several rows without one")
     return many(prompts, per_row("max_new_tokens", max_new_tokens, len(prompts)), rest)

@@ -297,8 +297,8 @@ def test_captured_decoders_refuse_what_they_cannot_capture():
         decoder([[1, 2], [99]], 2)
     with pytest.raises(ValueError, match="non-empty list of prompts"):
         decoder([], 2)
-    with pytest.raises(ValueError, match="streamer"):
-        decoder([[1, 2]], 2, streamer=object())
+    with pytest.raises(ValueError, match="a streamer follows one sequence; decode a batch of 2 rows without one"):
+        decoder([[1, 2], [3]], 2, streamer=object())  # one row streams (tests/test_batch_stream.py)
     surface = CostSurface.of(CostModel.from_ratios(COSTS["flat"]))
     with pytest.raises(TypeError, match="cost must be a CostSurface"):
         CapturedBatchDecoder(model, SOURCES["lookahead"](16), max_length=64, cost=CostModel.from_ratios(COSTS["flat"]))

@@ -45,7 +45,7 @@ from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface
 from .loop import _results, check_rows
 from .policy import BatchPolicy
-from .program import captured_step, check_node_widths, check_settings, each_program, program_cost
+from .program import captured_step, check_fits, check_node_widths, check_settings, each_program, program_cost
 from .resident import Resident
 from .sample import KeyedSampler
 from .source import FeedAll, remember
@@ -53,6 +53,7 @@ from .sources import batched_sources
 from .state import BatchState
 from .static import StaticBatchCache
 from .step import BatchStep, Plan
+from .stream import RowStream
 
 
 class CapturedBatchDecoder:
@@ -121,12 +122,11 @@ class CapturedBatchDecoder:
 
         Args:
             prompts: B prompts (lists of ints or (L,) / (1, L) tensors); max_new_tokens: one budget or B.
-            **options: ``eos_token_id``, ``tokenizer``, ``attention_backend``, and the sampling keywords
-                (``do_sample``, ``temperature``, ``top_k``, ``top_p``; ``generator`` draws the call's seed).
+            **options: ``eos_token_id``, ``tokenizer``, ``attention_backend``, the sampling keywords (``do_sample``,
+                ``temperature``, ``top_k``, ``top_p``; ``generator`` draws the call's seed), and ``streamer`` for ONE row
+                (`RowStream`: the prompt, the row's new tokens with each read, every k steps, then ``end()``).
         """
         accept("CapturedBatchDecoder.__call__", options, CapturedOptions)
-        if options.get("streamer") is not None:
-            raise ValueError("a captured batch takes no streamer: its rows' tokens are read once they have all stopped")
         start = time.perf_counter()
         if not isinstance(prompts, Sequence) or not prompts:
             raise ValueError(f"prompts must be a non-empty list of prompts, got {type(prompts).__name__} {prompts!r:.40}")
@@ -145,13 +145,12 @@ class CapturedBatchDecoder:
             plan = None if step.plain else step.plan(state)  # eager: the sources' shapes (a fixed tree's ancestor table, kept)
             nodes = self.draft_width = 0 if plan is None else min(plan.feed.shape[1], self.draft_budget or plan.feed.shape[1])
             width = self.step_width = (step.shape.length if step.shape is not None else 1) + nodes
-            need = max(r.shape[0] for r in rows) + max(budgets) + width
-            if need > self.max_length:
-                raise ValueError(f"the longest prompt ({max(r.shape[0] for r in rows)}) + max_new_tokens ({max(budgets)}) + the "
-                                 f"step's width ({width}) = {need} exceeds this decoder's max_length {self.max_length}")
+            check_fits(rows, budgets, width, self.max_length)
+            stream = RowStream(options.get("streamer"), rows)  # sends the prompt
             cache.prefill(rows, options.get("attention_backend", "auto"))
             self.resident.settle(len(rows), state=state, step=step, plan=plan)  # the batch size's tensors, this call's values
-            log, steps = self._run(step, state, plan, nodes, width, len(sources))
+            log, steps = self._run(step, state, plan, nodes, width, len(sources), stream)
+        stream.end()
         sync(self.facts.device)
         names = [s.name for s in sources]
         finished = {b: (time.perf_counter(), t) for b, t in enumerate(state.texts())}
@@ -170,10 +169,10 @@ class CapturedBatchDecoder:
             self.caches[rows] = StaticBatchCache(self.model, self.facts, kernels, rows, self.max_length)
         return self.caches[rows]
 
-    def _run(self, step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, width: int,
-             sources: int) -> tuple[torch.Tensor, int]:
-        """Runs of captured steps, ONE read between two runs; returns the step log and the steps run.
-        `plan`: the first step's, made eagerly; each step makes the next one's."""
+    def _run(self, step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, width: int, sources: int,
+             stream: RowStream) -> tuple[torch.Tensor, int]:
+        """Runs of captured steps, ONE read between two runs (the streamer's tokens with it); returns the step
+        log and the steps run. `plan`: the first step's, made eagerly; each step makes the next one's."""
         cache, reach = step.cache, step.deepest + 1  # the most a step moves the frontier
         log = torch.zeros(int(state.budget.max()) + self.every, state.size, 3 + 2 * sources if sources else 1, dtype=torch.long,
                           device=state.text.device)
@@ -181,7 +180,7 @@ class CapturedBatchDecoder:
         programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * (len(self.widths) + 1)))  # `program_shapes`, at most
         with compile_scope(self.mode), programs:
             while True:
-                read = torch.cat([state.done.long(), state.budget - state.produced, cache.frontier[None]] + self._wish(plan)).tolist()
+                read = stream.read([state.done.long(), state.budget - state.produced, cache.frontier[None]] + self._wish(plan), state)
                 done, left, frontier, wish = read[: state.size], read[state.size : 2 * state.size], read[2 * state.size], \
                     read[2 * state.size + 1 :]
                 if all(done):
@@ -194,6 +193,7 @@ class CapturedBatchDecoder:
                 if room < 1:  # cannot happen when the call's check passed: a row holds at most prompt + budget slots
                     raise RuntimeError(f"no room for a step of {width} tokens after {frontier} of {self.max_length} slots")
                 run = min([self.every, room] + [-(-r // reach) for r, d in zip(left, done) if not d])
+                stream.span = min(left[0], run * reach)  # the most the (one) row keeps until the next read
                 shape = self._shape(step, nodes, wish)
                 self.shapes[shape] += run
                 for _ in range(run):  # the first step eagerly: it makes the state the program reads (tables, rings)

@@ -13,6 +13,9 @@ can keep, and a row that stops inside the run keeps nothing more until the read 
 shape of a run of steps captured as one program). A run ends before any row can reach its budget
 (each read brings the budgets left), so only an EOS can leave a row idle in a run. The tokens are
 the same as with one read a step.
+
+A batch of one row may have a streamer (`ladref.batched.stream.RowStream`): the same read then also
+brings the row's length and its new tokens, and the streamer gets them at each read.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .runner_cache import RunnerCache
 from .source import BatchChoice, BatchSource, FeedAll, remember
 from .state import BatchState
 from .step import BatchStep, Outcome, Plan
+from .stream import RowStream
 
 
 def check_rows(facts: ModelFacts, prompts: Sequence[object], budgets: Sequence[int], extent: int) -> list[torch.Tensor]:
@@ -74,8 +78,10 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
     Args:
         prompts: B prompts (each a list of ints or a (L,) / (1, L) tensor); budgets: max_new_tokens, one
             for every row or B of them.
-        options: the shared keywords (``eos_token_id``, ``tokenizer``, ``attention_backend``; the
-            sampling ones are read by the caller into `sampler`).
+        options: the shared keywords (``eos_token_id``, ``tokenizer``, ``streamer``, ``attention_backend``;
+            the sampling ones are read by the caller into `sampler`). A ``streamer`` takes a batch of one
+            row (`ladref.batched.stream.RowStream`): it gets the prompt, the row's new tokens at each read,
+            then ``end()``; the read then also brings those tokens (a streamer costs nothing else).
         method: each row's `DecodeResult.method`.
         sources: the batch's draft sources (none: greedy decoding or plain sampling).
         choice: what each step feeds; default `FeedAll()`.
@@ -84,6 +90,10 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         steps_per_read: k, the steps between two reads from the device (greedy verification only).
         runner: a one-prompt runner to pass through instead of a batch's own cache (`RunnerCache`:
             one row, one read a step; e.g. a `ladref.fast.static.StaticRunner` of compiled widths).
+
+    Raises:
+        ValueError: a streamer with a batch of several rows (and what `check_rows` refuses), before any forward pass.
+        TypeError: a streamer without ``put`` / ``end`` (and what `check_rows` refuses).
     """
     start, facts = time.perf_counter(), check_model(model)
     check_int("steps_per_read", steps_per_read, 1)
@@ -108,19 +118,21 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         for source in sources:
             source.begin(state)
         first = None if step.plain else step.plan(state)  # the first drafts, checked before any forward pass
+        stream = RowStream(options.get("streamer"), rows)  # sends the prompt
         cache.prefill(rows, backend)
-        finished, log, passes = _run(step, state, len(sources), first, steps_per_read)
+        finished, log, passes = _run(step, state, len(sources), first, steps_per_read, stream)
+    stream.end()
     sync(facts.device)
     result = _results(rows, finished, log, [s.name for s in sources], start, tokenizer, method, passes + any(len(r) > 1 for r in rows))
     remember(sources, [row.token_ids for row in result])
     return result
 
 
-def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,
-         every: int = 1) -> tuple[dict[int, tuple[float, list[int]]], list[list[list[int]]], int]:
-    """The loop: plan, read (once every `every` steps at most), step, until every row has stopped. Returns
-    each row's (finish time, text) by its index in the batch, the step log ([step][row] -> `step_log` row;
-    none for plain steps) and the steps run."""
+def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None, every: int,
+         stream: RowStream) -> tuple[dict[int, tuple[float, list[int]]], list[list[list[int]]], int]:
+    """The loop: plan, read (once every `every` steps at most), step, until every row has stopped; the
+    streamer gets the row's new tokens at each read. Returns each row's (finish time, text) by its index
+    in the batch, the step log ([step][row] -> `step_log` row; none for plain steps) and the steps run."""
     size, cells, device = state.size, step.window_cells or 0, state.text.device
     log = None if step.plain else torch.zeros(int(state.budget.max()) + every, size, 3 + 2 * sources, dtype=torch.long, device=device)
     live, finished, steps, advance, reach = list(range(size)), {}, 0, torch.zeros(1, dtype=torch.long, device=device), 0
@@ -136,8 +148,8 @@ def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,
             steps += 1
             continue
         # The read: which rows stopped, their budgets left, and (drafting) the next pass's shape and how far the frontier moved.
-        head = torch.cat([state.done.long(), state.budget - state.produced])
-        read = (head if plan is None else torch.cat([head, plan.shape, advance])).tolist()
+        head = [state.done.long(), state.budget - state.produced] + ([] if plan is None else [plan.shape, advance])
+        read = stream.read(head, state)
         done, left = read[: len(live)], read[len(live) : 2 * len(live)]
         if plan is not None:
             step.cache.advance(read[-1])
@@ -157,6 +169,7 @@ def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None,
             plan = None if plan is None else plan.select(stay)
         # the next read comes before any row can spend its budget (a step keeps at most deepest + 1 tokens)
         next_read = steps + min([every] + [-(-r // (step.deepest + 1)) for r, d in zip(left, done) if not d])
+        stream.span = min(left[0], (next_read - steps) * (step.deepest + 1))  # the most the (one) row keeps until then
         if plan is None:
             step.run_plain(state)
         else:

@@ -5,8 +5,9 @@ then the next step's plan) as one function of tensors, its shapes fixed by the h
 draft nodes fed and whether the window is). It plans the next step at its end, so the shape the
 host reads between steps is that of the plan the next step runs, chosen after this step's outcome.
 `ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs it. The helpers here say
-what it can take (the sources whose forms keep one shape, `check_settings`; `check_node_widths`), which programs it runs (`program_shapes`),
-and run and price them (`each_program`, `program_cost`).
+what it can take (the sources whose forms keep one shape, `check_settings`; `check_node_widths`; a
+call's room, `check_fits`), which programs it runs (`program_shapes`), and run and price them
+(`each_program`, `program_cost`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ def check_node_widths(widths: Sequence[int] | None) -> tuple[int, ...]:
     for w in widths:
         check_int("a width", w, 0)
     return tuple(sorted(set(widths)))
+
+
+def check_fits(rows: Sequence[torch.Tensor], budgets: Sequence[int], width: int, max_length: int) -> None:
+    """Refuse a captured call whose longest prompt + largest budget + step `width` passes the `max_length` slots."""
+    need = max(r.shape[0] for r in rows) + max(budgets) + width
+    if need > max_length:
+        raise ValueError(f"the longest prompt ({max(r.shape[0] for r in rows)}) + max_new_tokens ({max(budgets)}) + the "
+                         f"step's width ({width}) = {need} exceeds this decoder's max_length {max_length}")
 
 
 def program_shapes(decoder: object) -> list[tuple[int, bool]]:
