@@ -20,11 +20,13 @@ from transformers.generation.streamers import BaseStreamer
 from ladref import (CapturedBatchDecoder, LookaheadConfig, LookaheadProposer, PromptLookupProposer, greedy_decode,
                     lookahead_decode, sample_decode)
 from ladref.batched.loop import decode_batch
+from ladref.pricing.cost import CostModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPT = [1, 2, 3, 1, 2, 3, 4, 5]
 NAMES = ["greedy", "lookahead", "prompt_lookup", "adaptive"]
+FLAT = CostModel.flat(64)  # every proposed node pays
 PROPOSERS = {"greedy": [], "lookahead": [LookaheadProposer(LookaheadConfig(3, 3, 2))], "prompt_lookup": [PromptLookupProposer(4)]}
 
 
@@ -159,3 +161,20 @@ def test_a_batch_of_several_rows_refuses_a_streamer_and_one_row_checks_it():
         CapturedBatchDecoder(model, [], max_length=64, mode=None)([PROMPT, [3, 4]], 4, streamer=Recorder())
     with pytest.raises(TypeError, match="streamer must have put\\(\\) and end\\(\\) methods"):
         engine(model, [PROMPT], 4, [], "greedy", 1, print)
+
+
+@pytest.mark.parametrize("config", [None, LookaheadConfig(3, 3, 2)], ids=["greedy", "lookahead"])
+def test_the_compiled_decoders_stream_as_the_one_prompt_path(config):
+    """`CompiledDecoder` and `CompiledAdaptiveDecoder` run the engine over their static runner (here
+    uncompiled: the same padded steps): their streamers get what `greedy_decode`'s gets."""
+    from ladref import CompiledAdaptiveDecoder, CompiledDecoder
+
+    model = tiny_model("llama", 16, 0)
+    reference = Recorder()
+    tokens = greedy_decode(model, PROMPT, 20, eos_token_id=[], streamer=reference).token_ids
+    decoders = [CompiledDecoder(model, config, max_length=96, mode=None),
+                CompiledAdaptiveDecoder(model, max_lengths=96, widths=(1, 4, 8), mode=None, cost=FLAT)]
+    for decoder in decoders:
+        streamer = Recorder()
+        assert decoder(PROMPT, 20, eos_token_id=[], streamer=streamer).token_ids == tokens
+        assert streamer.puts == reference.puts == expected(PROMPT, tokens) and streamer.ended == 1
