@@ -190,7 +190,6 @@ TASKS: tuple[Task, ...] = (
         points=30,
         question_points=6,
         hours="5-8",
-        library_copies=tuple(f"ladref/fast/adaptive.py:PolicyChoice.{name}" for name in ("may_draft", "choose", "observe", "timed")),
     ),
 )
 

@@ -35,7 +35,7 @@ its pieces), the draft sources in `ladref.sources`, what steps cost and which dr
    step captured as one compiled program over a static cache in `static` and `captured`);
 8. pricing and the fast paths: `ladref.pricing.timing`, `ladref.pricing.cost` (the step-cost curve),
    `ladref.pricing.cost_cache` (curves measured once per machine) and `ladref.pricing.surface` (the
-   step cost of a batch, t(q, kv, B)), `ladref.pricing.acceptance` (what drafts are worth, learned),
+   step cost of a batch, t(q, kv, B)),
    `ladref.pricing.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
    `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);

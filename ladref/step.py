@@ -114,11 +114,11 @@ def plain_step(runner: Runner, current: int, tree: DraftTree, topk: int = 0) -> 
 
 class StepChoice(Protocol):
     """What each step feeds, chosen from the proposed trees (the loop's hook; `DraftBudget`,
-    `ladref.fast.adaptive.PolicyChoice`).
+    the engines' rules in `ladref.bench.engines`, the course's task 2.3).
 
     Optionally also ``may_draft(kv, window_cells) -> bool``, asked before each later step's
     drafts are proposed: False skips proposing them, and `choose` gets no trees (a choice
-    without it always has them proposed; `PolicyChoice` and the engines' rules have it).
+    without it always has them proposed; the engines' rules have it).
     """
 
     def choose(self, trees: Sequence[DraftTree], evidence: Sequence[int], kv: int, window_cells: int | None) -> tuple[DraftTree, bool]:

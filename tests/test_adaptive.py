@@ -14,7 +14,9 @@ from strategies import architectures, hf_greedy, prompts, seeds, tiny_model, voc
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, PromptLookupProposer, greedy_decode, lookahead_decode
 from ladref.fast.adaptive import AdaptiveDecoder, adaptive_decode
 from ladref.pricing.cost import CostModel
-from ladref.pricing.policy import DraftPolicy, Load, PolicySettings
+from oracle_policy import DraftPolicy, Load
+
+from ladref.pricing.policy import PolicySettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FLAT = CostModel.flat(256)  # a launch-bound GPU: any width costs one step
@@ -81,7 +83,7 @@ BUSY = CostModel.from_ratios({1: 1.0, 2: 1.8, 4: 2.3, 8: 3.3, 16: 5.0, 32: 6.8})
 def test_a_closed_gate_is_what_choose_finds_with_nothing_proposed(others, floor, cells, window_value):
     policy, load = DraftPolicy(BUSY), Load(others, floor)
     policy.window_value = window_value
-    assume(not policy.may_draft(100, cells, load))  # `PolicyChoice.choose` then answers a greedy step without asking
+    assume(not policy.may_draft(100, cells, load))  # the engine then runs a plain step without asking
     choice = policy.choose([], 100, cells, [], load)
     assert len(choice.tree) == 0 and not choice.window and choice.probe is None and choice.own_width == 1
 
@@ -214,7 +216,7 @@ def test_acceptance_is_learned_apart_per_grade_of_evidence():
 
 
 def test_sources_that_disagree_cannot_promise_more_than_one_child():
-    from ladref.pricing.acceptance import exclusive
+    from oracle_acceptance import exclusive
 
     tree = DraftTree.from_paths([[1, 2], [3], [4]], "a")  # root children 1, 3, 4; node 2 below 1
     value = torch.tensor([0.8, 0.4, 0.6, 0.6], dtype=torch.float64)  # nodes: 1, 2, 3, 4 (topological)
@@ -230,7 +232,7 @@ def test_probes_scale_down_drafts_that_deliver_less_than_promised():
     settings = PolicySettings(prior=(9.0, 10.0))  # every node believed 90% likely
     policy, tree = DraftPolicy(CPU, settings=settings), DraftTree.from_paths([[1, 2, 3]], "s")
 
-    def choose() -> DraftTree:  # as `PolicyChoice` does: the step's probe is watched, fed or not
+    def choose() -> DraftTree:  # as the engine does: the step's probe is watched, fed or not
         choice = policy.choose([tree], kv=0)
         policy.watch(choice.probe, choice.probe_expected)
         return choice.tree

@@ -14,7 +14,7 @@ from ladref import (BatchResult, DecodeResult, DraftTree, JacobiProposer, Lookah
                     draft_decode, greedy_decode, jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode,
                     sample_decode, suffix_decode)
 from ladref.pricing.cost import CostModel
-from ladref.pricing.policy import DraftPolicy, Load
+from oracle_policy import DraftPolicy, Load
 from ladref.pricing.surface import CostSurface
 from ladref.sampling import Warp
 

@@ -16,7 +16,9 @@ from ladref.batched.loop import decode_batch
 from ladref.batched.policy import BatchPolicy
 from ladref.batched.sources.jacobi import BatchJacobi
 from ladref.batched.state import BatchState
-from ladref.pricing.policy import DraftPolicy, Load, PolicySettings
+from oracle_policy import DraftPolicy, Load
+
+from ladref.pricing.policy import PolicySettings
 from ladref.pricing.surface import CostSurface
 
 pytestmark = pytest.mark.usefixtures("one_thread")

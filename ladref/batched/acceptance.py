@@ -1,4 +1,4 @@
-"""Acceptance, learned for every row of a batch at once: `ladref.pricing.acceptance` as tensors.
+"""Acceptance, learned for every row of a batch at once: the one-prompt oracle's (``tests/oracle_acceptance.py``) as tensors.
 
 Each row keeps its own rates, per (source, evidence, depth, sibling rank): how often a draft node
 whose parent was right turned out right too, as Beta counts in a (B, K) table. Every step's

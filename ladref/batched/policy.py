@@ -1,6 +1,7 @@
 """Adaptive decoding on a batch: every row's drafts and window chosen by tensor operations over the rows.
 
-`ladref.pricing.policy.DraftPolicy` for B rows at once. Each row values its proposed nodes by its
+The one-prompt policy (the tests' oracle, ``tests/oracle_policy.py``) for B rows at once, and the
+only policy the library runs: `adaptive_decode` at every B, one prompt a batch of one. Each row values its proposed nodes by its
 learned acceptance (`ladref.batched.acceptance`), made consistent between siblings (`exclusive`),
 and feeds the b most valuable (a tree: a child is never worth more than its parent) and the window
 or not, to maximise the pass's expected tokens per second on the measured surface at this batch:
@@ -27,7 +28,7 @@ from .state import BatchState
 
 
 def exclusive(merged: Merged, value: torch.Tensor) -> torch.Tensor:
-    """`ladref.pricing.acceptance.exclusive` on every row's merged trie: a node's children's values sum
+    """The oracle's ``exclusive`` on every row's merged trie: a node's children's values sum
     to at most its own, siblings (and with them their subtrees) scaled down to it. (B, n) in and out."""
     rows, n, _ = merged.table.shape
     canon = torch.cat([merged.canonical, torch.full_like(merged.canonical[:, :1], n)], dim=1)

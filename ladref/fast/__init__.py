@@ -1,11 +1,12 @@
 """The fast paths: adaptive decoding, and steps of constant shape.
 
-* `adaptive` is the drafting loop whose steps a `ladref.pricing.policy.DraftPolicy` chooses
-  (`adaptive_decode`; a batch's rows price their steps on the surface, `ladref.pricing.surface`);
-* `static` runs steps over a static KV cache at a few padded widths, each compiled once
-  (`ladref.pricing.compiling`); `compiled` puts them together (`CompiledDecoder`,
-  `CompiledAdaptiveDecoder`); `precompiled` keeps them as AOTInductor packages on disk, each with
-  a `package_record` of what it was built for.
+* `adaptive` is the engine (`ladref.batched.loop.decode_batch`) under the batch policy, one prompt
+  a batch of one (`adaptive_decode`; its rows price their steps on the surface, `ladref.pricing.surface`);
+* `static` runs passes over a static KV cache at a few padded widths, each compiled once
+  (`ladref.pricing.compiling`); `compiled` runs the engine over them, one prompt a call
+  (`CompiledDecoder`, `CompiledAdaptiveDecoder`: `ladref.batched.runner_cache.RunnerCache`);
+  `precompiled` keeps them as AOTInductor packages on disk, each with a `package_record` of what
+  it was built for.
 
 Nothing in the core imports this package: it is read after the method itself.
 """

@@ -117,6 +117,7 @@ class AdaptiveDecoder:
         if cache is not None:
             CostCache.given(cache)  # checked even when `cost` makes it unused
         self.surface = CostSurface.of(cost) if isinstance(cost, CostModel) else cost
+        self.one_curve = isinstance(cost, CostModel)  # t(q, kv) of one row's passes: no batch's
         self.cost_cache = CostCache.given(cache) if cost is None else None
         self.keep_learning = keep_learning
         self.policy: BatchPolicy | None = None
@@ -128,6 +129,9 @@ class AdaptiveDecoder:
 
     def surface_for(self, rows: int) -> CostSurface:
         """The surface a batch of `rows` prices its steps with: the one given, or measured in the cache."""
+        if self.one_curve and rows > 1:
+            raise ValueError("a CostModel prices one prompt's steps; for a batch pass cost=CostSurface(...) "
+                             "(ladref.pricing.surface), or no cost to measure the batched passes")
         if self.surface is not None:
             return self.surface
         return cached_surface(self.cost_cache, self.model, batches_up_to(rows), kv_lengths=kv_lengths_for(self.model),

@@ -45,7 +45,7 @@ class PromptLookupProposer(DraftSource):
 
     Attributes:
         evidence: the length of the suffix the last proposal matched (0: none); adaptive
-            decoding learns acceptance apart per length (`ladref.pricing.policy.DraftPolicy`).
+            decoding learns acceptance apart per length (`ladref.batched.policy.BatchPolicy`).
 
     Args:
         draft_len: most tokens copied after a match (the depth of each draft).

@@ -78,7 +78,7 @@ class SuffixProposer(DraftSource):
 
     Attributes:
         evidence: L, the length of the pattern behind the last proposal (0: none); adaptive
-            decoding learns acceptance apart per length (`ladref.pricing.policy.DraftPolicy`).
+            decoding learns acceptance apart per length (`ladref.batched.policy.BatchPolicy`).
         trie: the request's `SuffixTrie`, of depth max_match + max_depth (prompt and committed tokens).
     """
 

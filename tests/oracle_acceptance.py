@@ -1,6 +1,6 @@
-"""Acceptance, learned: how often each kind of draft node turns out right, from every step, fed or not.
+"""The oracle's acceptance, learned (`ladref.batched.acceptance` is its tensor twin): how often each kind of draft node turns out right, from every step, fed or not.
 
-The half of `ladref.pricing.policy.DraftPolicy` that knows what a draft is worth (the other half
+The half of the oracle policy (``oracle_policy.DraftPolicy``) that knows what a draft is worth (the other half
 prices what a step costs). Acceptance rates are kept per draft source, grade of evidence (prompt
 lookup: the length of the suffix it matched), depth and sibling rank: how often a node whose
 parent was right turned out right too. Greedy output is fixed, so once the next tokens are known
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..tree import DraftTree
+from ladref.tree import DraftTree
 
 Key = tuple[str, int, int, int]  # (source, evidence, depth, sibling rank)
 
