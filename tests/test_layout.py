@@ -2,7 +2,7 @@
 
 The library (every module of ``ladref/`` but ``ladref/bench/``) never imports ``ladref.bench``;
 its modules import each other without a cycle, lazy imports included, and so do its rooms (the
-core, ``sources``, ``pricing``, ``batched``, ``decoders``, ``fast``); only ``ladref/runner.py``
+core, ``sources``, ``pricing``, ``batched``, ``decoders``, ``fast``); only ``ladref/hf_internals.py``
 reaches past transformers' public namespaces.
 """
 
@@ -133,11 +133,11 @@ def test_each_room_imports_only_the_rooms_before_it():
             assert theirs <= mine, f"{module} ({ROOMS[room(module)]}) imports {target} ({ROOMS[room(target)]})"
 
 
-def test_only_the_runner_touches_transformers_internals():
+def test_only_the_internals_module_touches_transformers_internals():
     for path in CORE:
         used = {n for n in imports(path) if n == "transformers" or n.startswith("transformers.")}
         private = {n for n in used if n not in PUBLIC_TRANSFORMERS and n.rsplit(".", 1)[0] not in PUBLIC_TRANSFORMERS}
-        assert dotted(path) == "ladref.runner" or not private, f"{path.name} imports {sorted(private)}"
+        assert dotted(path) == "ladref.hf_internals" or not private, f"{path.name} imports {sorted(private)}"
 
 
 def test_the_rooms_hold_what_their_docstrings_say():

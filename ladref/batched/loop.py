@@ -29,7 +29,7 @@ from ..config import check_int
 from ..kernels import sdpa_backends
 from ..results import BatchResult, DecodeResult, DecodeStats
 from ..rows import per_row
-from ..runner import ModelFacts, check_model
+from ..facts import ModelFacts, check_model
 from .cache import BatchCache
 from .source import BatchChoice, BatchSource, FeedAll, remember
 from .state import BatchState

@@ -36,7 +36,7 @@ from ..decoders.greedy import run_greedy
 from ..options import CallOptions, OutputOptions, accept
 from ..proposer import Proposer, check_proposers
 from ..results import DecodeResult
-from ..runner import check_model
+from ..facts import check_model
 from ..sources.lookahead import LookaheadProposer
 from ..step import run_drafting
 from ..types import TokenIds

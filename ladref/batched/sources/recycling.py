@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ...runner import ModelFacts
+from ...facts import ModelFacts
 from ...sources.recycling import RecyclingProposer, TreeTemplate, check_template
 from ..drafts import Drafts
 from ..forms import BatchForm
