@@ -14,11 +14,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
 from ..facts import ModelFacts
 from ..head import batch_forward
-from ..hf_internals import new_cache, trim_cache
+from ..hf_internals import DynamicCache, new_cache, trim_cache
 from ..kernels import attention_scope
 from ..results import DecodeStats
 from ..runner import Runner
