@@ -40,11 +40,12 @@ its pieces), the draft sources in `ladref.sources`, what steps cost and which dr
    `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
    `ladref.course_choice` (a cost-aware step choice: the course's open-ended task);
-9. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
-   internals), `ladref.call` (input checks, stopping rules), `ladref.rows` (one prompt or a batch:
-   the split every decoder makes), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the
-   attention-kernel choice), `ladref.types`, `ladref.models` (the embedded model), `ladref.compat`
-   (clear errors for earlier call shapes).
+9. plumbing: `ladref.facts` (the model's facts and checks), `ladref.runner` (the runners: prefill,
+   forward, commit), `ladref.head` (a pass's logits, the CPU output head), `ladref.hf_internals` (the
+   only module touching transformers internals), `ladref.call` (input checks, stopping rules),
+   `ladref.rows` (one prompt or a batch: the split every decoder makes), `ladref.options` (the
+   keywords every decoder shares), `ladref.kernels` (the attention-kernel choice), `ladref.types`,
+   `ladref.models` (the embedded model), `ladref.compat` (clear errors for earlier call shapes).
 
 What you run rather than read (benchmarks, auto-tuning, FLOPs, datasets, the demo, the prompt
 lookup baseline) lives in `ladref.bench`; the library never imports it.

@@ -14,8 +14,9 @@ from typing import Any
 import torch
 
 from .config import check_int
+from .facts import ModelFacts, check_model
 from .results import DecodeResult, DecodeStats
-from .runner import ModelFacts, ModelRunner, Runner, check_model
+from .runner import ModelRunner, Runner
 from .types import EosIds, Streamer, TokenIds, Tokenizer
 
 

@@ -4,7 +4,7 @@ A batch pays when B rows' step costs less than B steps of one row. This measures
 that the model's own forward pass sets, before any of ladref's work: transformers' forward of
 (B, 1) new tokens over a (B, past) `DynamicCache`, for B = 1, 2, 4, 8, 16 (its time over
 B = 1's is what a step of B rows costs), past 200 and 800 (a batch's cache is padded to its
-longest row), and beside it the same pass as ladref runs it (`ladref.runner.forward_logits`: from
+longest row), and beside it the same pass as ladref runs it (`ladref.head.forward_logits`: from
 two rows on, the output head computed as W @ h^T). Then ladref's batched greedy on 8 Spec-Bench prompts
 (the first of each task, then the second of two tasks: 10-759 tokens) against the same prompts
 one at a time, whole and without the prompts' prefill (which a batch runs row by row).
@@ -17,7 +17,9 @@ import torch
 
 from ladref import greedy_decode, load_default_model
 from ladref.bench.datasets import load_prompts
-from ladref.runner import ModelFacts, cache_arg, forward_logits
+from ladref.facts import ModelFacts
+from ladref.head import forward_logits
+from ladref.hf_internals import cache_arg
 
 THREADS, PASTS, NEW = 2, (200, 800), 48
 

@@ -84,7 +84,7 @@ def test_finished_rows_leave_the_forward_passes():
 
 
 def in_forward() -> bool:
-    """Whether the caller runs inside a forward pass (`ladref.runner.forward_logits`: the model and its head)."""
+    """Whether the caller runs inside a forward pass (`ladref.head.forward_logits`: the model and its head)."""
     import sys
 
     frame = sys._getframe(2)

@@ -9,8 +9,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ladref import greedy_decode, jacobi_decode
 from ladref.batched.cache import BatchCache, ragged_commit_plan
+from ladref.facts import check_model
 from ladref.kernels import sdpa_backends
-from ladref.runner import ModelRunner, check_model
+from ladref.runner import ModelRunner
 
 pytestmark = [pytest.mark.task1_6, pytest.mark.usefixtures("one_thread")]
 

@@ -16,8 +16,9 @@ from ladref.batched.drafts import Drafts, ancestor_table, compact, merge
 from ladref.batched.loop import decode_batch
 from ladref.batched.sources.jacobi import BatchJacobi
 from ladref.batched.verify import verify_greedy as batch_verify
+from ladref.facts import check_model
 from ladref.kernels import sdpa_backends
-from ladref.runner import ModelRunner, check_model
+from ladref.runner import ModelRunner
 from ladref.verify import verify_greedy
 
 pytestmark = pytest.mark.usefixtures("one_thread")

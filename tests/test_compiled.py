@@ -24,11 +24,12 @@ from strategies import (
 )
 
 from ladref import CompiledDecoder, LookaheadConfig, greedy_decode, lookahead_decode
+from ladref.hf_internals import guard_static_cache
+from ladref.runner import ModelRunner
 from ladref.sources.lookahead import LookaheadProposer
 from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.step import draft_step
-from ladref.runner import ModelRunner, guard_static_cache
 from ladref.pricing.compiling import compile_scope
 from ladref.fast.compiled import CompiledAdaptiveDecoder
 from ladref.pricing.cost_cache import CostCache
@@ -240,7 +241,7 @@ def test_the_static_cache_is_packed_by_its_first_forward_and_a_commit_moves_ever
     """After its first forward a runner's cache is three blocks, each layer's buffers views of its slice
     (`pack_static_cache`); a commit gathers the accepted slots of every layer at once, as a
     layer-by-layer gather would, and sets every layer's length."""
-    from ladref.runner import pack_static_cache
+    from ladref.hf_internals import pack_static_cache
 
     runner = StaticRunner(tiny_model("llama"), 24)
     runner.prefill(torch.tensor(PROMPT), DecodeStats())

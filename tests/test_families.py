@@ -11,7 +11,9 @@ from strategies import hf_greedy
 from transformers import DynamicCache
 
 from ladref import LookaheadConfig, greedy_decode, lookahead_decode
-from ladref.runner import PLAIN_HEADS, ModelFacts, cache_arg, forward_logits
+from ladref.facts import PLAIN_HEADS, ModelFacts
+from ladref.head import forward_logits
+from ladref.hf_internals import cache_arg
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 1, 2]
 CONFIG = LookaheadConfig(window_size=3, ngram_size=3, max_candidates=4)

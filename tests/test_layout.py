@@ -2,8 +2,9 @@
 
 The library (every module of ``ladref/`` but ``ladref/bench/``) never imports ``ladref.bench``;
 its modules import each other without a cycle, lazy imports included, and so do its rooms (the
-core, ``sources``, ``pricing``, ``batched``, ``decoders``, ``fast``); only ``ladref/runner.py``
-reaches past transformers' public namespaces.
+core, ``sources``, ``pricing``, ``batched``, ``decoders``, ``fast``); only ``ladref/hf_internals.py``
+touches transformers' internals, and the few other modules that import transformers at all take
+the public names of an explicit list.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ def dotted(path: Path) -> str:
     """ladref/sources/jacobi.py -> ladref.sources.jacobi (a package's __init__: the package)."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-PUBLIC_TRANSFORMERS = {"transformers", "transformers.generation"}
 
 
 def load_architecture():
@@ -133,11 +133,40 @@ def test_each_room_imports_only_the_rooms_before_it():
             assert theirs <= mine, f"{module} ({ROOMS[room(module)]}) imports {target} ({ROOMS[room(target)]})"
 
 
-def test_only_the_runner_touches_transformers_internals():
-    for path in CORE:
-        used = {n for n in imports(path) if n == "transformers" or n.startswith("transformers.")}
-        private = {n for n in used if n not in PUBLIC_TRANSFORMERS and n.rsplit(".", 1)[0] not in PUBLIC_TRANSFORMERS}
-        assert dotted(path) == "ladref.runner" or not private, f"{path.name} imports {sorted(private)}"
+INTERNALS = "ladref.hf_internals"  # the one library module that may import anything of transformers
+# what any other library module may take from transformers: public names, each module's own
+PUBLIC_TRANSFORMERS = {
+    "ladref.models": {"transformers.AutoModelForCausalLM", "transformers.AutoTokenizer"},  # loading a model
+    "ladref.minimal": {"transformers.DynamicCache"},  # the one-file teaching reference keeps its cache in plain sight
+    "ladref.decoders.generate": {"transformers.generation.GenerateDecoderOnlyOutput"},  # what generate() returns
+    "ladref.fast.package_record": {"transformers"},  # transformers.__version__, recorded beside a compiled package
+}
+
+
+def transformers_imports(source: str) -> set[str]:
+    """What `source` takes from transformers, anywhere in it (inside functions and ``if`` blocks too):
+    ``import transformers.x`` -> ``transformers.x``; ``from transformers.x import y`` -> ``transformers.x.y``."""
+    taken = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            taken |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            taken |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in taken if name == "transformers" or name.startswith("transformers.")}
+
+
+def test_only_the_internals_module_touches_transformers_and_the_others_take_listed_public_names():
+    probe = ("import torch\nimport transformers\nfrom .hf_internals import new_cache\n"
+             "def f():\n    if True:\n        from transformers.cache_utils import DynamicLayer as L\n")
+    assert transformers_imports(probe) == {"transformers", "transformers.cache_utils.DynamicLayer"}  # lazy ones found
+    found = ARCHITECTURE.modules()
+    assert INTERNALS in found and transformers_imports(found[INTERNALS].read_text())
+    for module, path in found.items():
+        if module == INTERNALS:
+            continue
+        taken, allowed = transformers_imports(path.read_text()), PUBLIC_TRANSFORMERS.get(module, set())
+        assert taken <= allowed, f"{module} imports {sorted(taken - allowed)} from transformers: go through {INTERNALS}"
+        assert allowed <= taken, f"{module} no longer imports {sorted(allowed - taken)}: drop it from PUBLIC_TRANSFORMERS"
 
 
 def test_the_rooms_hold_what_their_docstrings_say():

@@ -10,10 +10,11 @@ import ladref
 from ladref import (AdaptiveDecoder, CompiledDecoder, LookaheadConfig, adaptive_decode, draft_decode, greedy_decode,
                     jacobi_decode, lookahead_decode, prompt_lookup_decode, recycling_decode, sample_decode, suffix_decode)
 from ladref.bench.hf import generate_decode, hf_prompt_lookup_decode
+from ladref.facts import ModelFacts
 from ladref.pricing.cost import CostModel
 from ladref.fast.static import StaticRunner
 from ladref.options import BaselineOptions, CallOptions, DecodeOptions, GreedyOptions, OutputOptions
-from ladref.runner import ModelFacts, ModelRunner, Runner
+from ladref.runner import ModelRunner, Runner
 from ladref.sources.jacobi import JacobiProposer
 
 SHARED = {"eos_token_id", "tokenizer", "streamer", "do_sample", "temperature", "top_k", "top_p", "generator",

@@ -1,4 +1,4 @@
-"""The cache layer with room to spare (`ladref.runner.RoomyLayer`): a pass writes its entries in place,
+"""The cache layer with room to spare (`ladref.hf_internals.RoomyLayer`): a pass writes its entries in place,
 and under every operation ladref performs on a cache it holds what transformers' `DynamicLayer` holds."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from strategies import ARCHITECTURES, tiny_model
 from transformers import DynamicLayer
 
-from ladref.runner import SPARE, ModelRunner, RoomyLayer, new_cache
+from ladref.hf_internals import SPARE, RoomyLayer, new_cache
+from ladref.runner import ModelRunner
 
 # one operation on a cache: a pass of q entries, a cut to the first n slots (a commit, a trim), keeping
 # some batch rows (set from outside, or as `trim_cache` drops a finished row), or moving entries within

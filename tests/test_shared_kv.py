@@ -1,4 +1,4 @@
-"""Attention with shared key/value heads (`ladref.runner.shared_kv_attention`, `shared_kv_scope`): the
+"""Attention with shared key/value heads (`ladref.hf_internals.shared_kv_attention`, `shared_kv_scope`): the
 attention a masked pass computes, without copying the cache once per query head, eager or static; and a static
 step that attends over the slots it uses only (`StaticRunner.span`)."""
 
@@ -12,10 +12,12 @@ from families import build_family, family_model
 from strategies import build_tiny
 from transformers import DynamicCache
 
+from ladref.facts import check_model
 from ladref.fast.static import StaticRunner
+from ladref.head import batch_forward
+from ladref.hf_internals import SHARED_KV, cache_arg, new_cache, shared_kv_attention, shared_kv_scope
 from ladref.results import DecodeStats
-from ladref.runner import (SHARED_KV, ModelRunner, batch_forward, cache_arg, check_model, new_cache, shared_kv_attention,
-                           shared_kv_scope)
+from ladref.runner import ModelRunner
 
 
 def reference_attention(query, key, value, mask, scale):

@@ -22,8 +22,9 @@ from probing import Group, on_meta, random_tree
 from strategies import build_tiny
 
 from ladref.batched.cache import BatchCache, ragged_commit_plan
+from ladref.facts import check_model
 from ladref.kernels import sdpa_backends
-from ladref.runner import ModelRunner, check_model
+from ladref.runner import ModelRunner
 
 # hand-driven batches: (architecture, vocabulary, model seed)
 MODELS = [("llama", 16, 0), ("qwen2", 16, 1), ("gpt2", 32, 2)]

@@ -24,8 +24,11 @@ from collections.abc import Sequence
 
 import torch
 
+from ..facts import ModelFacts
+from ..head import batch_forward
+from ..hf_internals import DynamicCache, move_row_slots, new_cache, stack_caches, trim_cache
 from ..kernels import attention_scope
-from ..runner import DynamicCache, ModelFacts, ModelRunner, batch_forward, move_row_slots, new_cache, stack_caches, trim_cache
+from ..runner import ModelRunner
 
 
 def ragged_commit_plan(frontier: int, entries: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

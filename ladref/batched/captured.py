@@ -39,7 +39,7 @@ from ..options import CapturedOptions, accept
 from ..proposer import Proposer, step_needs
 from ..results import BatchResult
 from ..rows import per_row
-from ..runner import check_model
+from ..facts import check_model
 from ..pricing.compiling import check_mode, compile_own, compile_scope
 from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface

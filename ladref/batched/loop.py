@@ -32,7 +32,8 @@ from ..config import check_int
 from ..kernels import sdpa_backends
 from ..results import BatchResult, DecodeResult, DecodeStats
 from ..rows import per_row
-from ..runner import ModelFacts, Runner, check_model
+from ..facts import ModelFacts, check_model
+from ..runner import Runner
 from .cache import BatchCache
 from .runner_cache import RunnerCache
 from .source import BatchChoice, BatchSource, FeedAll, remember

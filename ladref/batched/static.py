@@ -23,9 +23,12 @@ from dataclasses import replace
 
 import torch
 
+from ..facts import ModelFacts
+from ..head import batch_forward
+from ..hf_internals import (compact_static_rows, fill_static_cache, move_row_slots, new_cache, new_static_cache,
+                            set_static_length, shared_kv_scope, stack_caches)
 from ..kernels import attention_scope
-from ..runner import (ModelFacts, ModelRunner, batch_forward, compact_static_rows, fill_static_cache, move_row_slots, new_cache,
-                      new_static_cache, set_static_length, shared_kv_scope, stack_caches)
+from ..runner import ModelRunner
 from .cache import prompt_caches, ragged_commit_plan
 
 
@@ -65,7 +68,7 @@ class StaticBatchCache:
                 keep: torch.Tensor) -> torch.Tensor:
         """One pass of every row's step at the frontier, as `BatchCache.forward` (same arguments and
         result), the mask (B, 1, Q, M) over every slot. Every pass, a one-token one too, attends with
-        each key/value head shared by its query heads (`ladref.runner.shared_kv_scope`, as a static
+        each key/value head shared by its query heads (`ladref.hf_internals.shared_kv_scope`, as a static
         runner's steps do): compiled, transformers would copy all M slots of every layer once per
         query head (SmolLM2-135M, M = 1408: a compiled greedy step took 45.9 ms so, 31.5 without;
         ``benchmarks/archive/captured_step/captured_specbench_cpu.log``)."""

@@ -234,7 +234,8 @@ def measure_forward_flops(model: torch.nn.Module, new_tokens: int, context: int,
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..runner import ModelRunner, check_model
+    from ..facts import check_model
+    from ..runner import ModelRunner
 
     runner = ModelRunner(model, facts=replace(check_model(model), small_linears=False))  # the model's own F.linear
     vocab = model.get_input_embeddings().num_embeddings

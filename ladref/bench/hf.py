@@ -27,10 +27,11 @@ from typing_extensions import Unpack
 
 from ..call import DecodeCall, streamer_callback
 from ..config import check_int
+from ..facts import check_model
+from ..hf_internals import CACHE_ARGS
 from ..kernels import attention_scope, sdpa_backends
 from ..options import BaselineOptions, accept
 from ..results import DecodeResult, DecodeStats
-from ..runner import CACHE_ARGS, check_model
 from ..types import Streamer, TokenIds
 
 

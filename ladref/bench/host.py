@@ -24,7 +24,7 @@ at least ``--rounds`` times, a disturbed call measured again, one that never set
 and reads come from separate profiled runs.
 Everything outside the model's forward is host work here, ladref's own output head included: on a
 CPU a pass of 2-256 rows computes it as ``W @ h^T`` after the model's forward
-(`ladref.runner.forward_logits`), which on a GPU would be device work; and a copy to the host
+(`ladref.head.forward_logits`), which on a GPU would be device work; and a copy to the host
 (``.cpu()``) costs nothing on a CPU, so it is not counted as a read.
 """
 
@@ -50,7 +50,7 @@ HOST_BATCHES = (1, 4, 16)
 HOST_TOKENS = 48
 SHORT_TOKENS = 2
 NOTE = ("Host work = wall time less the time inside the model's forward; it includes ladref's own output head "
-        "(W @ h^T for passes of 2-256 rows on a CPU, outside the model's forward: ladref.runner.forward_logits), "
+        "(W @ h^T for passes of 2-256 rows on a CPU, outside the model's forward: ladref.head.forward_logits), "
         "which a GPU would run on the device. Reads = aten::_local_scalar_dense (item(), int(t), bool(t)), nonzero, "
         "masked_select, unique* and tolist()/numpy() calls; .cpu() copies are free on a CPU and not counted.")
 

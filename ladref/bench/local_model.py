@@ -23,15 +23,15 @@ def load_bench_model(path: str | None, device: str | None, dtype: torch.dtype | 
 
     Returns:
         (model, tokenizer, name): the model in eval mode with SDPA attention, checked by
-        `ladref.runner.check_model`; the name is the folder's name.
+        `ladref.facts.check_model`; the name is the folder's name.
 
     Raises:
         ValueError: naming the problem: a missing path, a file, a folder without config.json or
             tokenizer files, a model that is not a causal LM or that ladref cannot decode, a device
             that is not available or a dtype it cannot compute in.
     """
+    from ..facts import check_model
     from ..models import default_device, hidden_progress_bars, load_default_model
-    from ..runner import check_model
 
     if path is None:
         where = default_device(device)

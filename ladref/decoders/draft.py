@@ -14,6 +14,7 @@ from typing_extensions import Unpack
 
 from ..call import DecodeCall
 from ..config import check_int
+from ..facts import ModelFacts
 from ..options import DecodeOptions, accept
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from ..results import BatchResult, DecodeResult
@@ -22,7 +23,7 @@ from ..batched.sample import BatchSampler
 from ..batched.source import BatchChoice, FeedAll
 from ..batched.sources import batched_sources
 from ..rows import decode_prompts
-from ..runner import ModelFacts, Runner
+from ..runner import Runner
 from ..sampling import chooser_for
 from ..step import DraftBudget, StepChoice, run_drafting
 from ..types import Budget, Prompts, TokenIds

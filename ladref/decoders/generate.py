@@ -26,8 +26,8 @@ import torch
 
 from ..call import DecodeCall, streamer_callback
 from ..config import LookaheadConfig
+from ..hf_internals import CACHE_ARGS
 from ..kernels import check_attention_backend
-from ..runner import CACHE_ARGS
 from ..sampling import GreedyChooser, SamplingChooser, Warp, check_generator
 from ..sources.lookahead import LookaheadProposer
 from ..step import run_drafting

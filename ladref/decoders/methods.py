@@ -11,9 +11,9 @@ from typing_extensions import Unpack
 
 from ..compat import reject_old_call_shape
 from ..config import LookaheadConfig
+from ..facts import ModelFacts
 from ..options import DecodeOptions, accept
 from ..results import BatchResult, DecodeResult
-from ..runner import ModelFacts
 from ..sources.jacobi import JacobiProposer
 from ..sources.lookahead import LookaheadProposer
 from ..sources.prompt_lookup import PromptLookupProposer

@@ -11,10 +11,10 @@ from typing_extensions import Unpack
 from ..batched.loop import decode_batch
 from ..batched.sample import BatchSampler
 from ..call import DecodeCall
+from ..facts import ModelFacts
 from ..options import DecodeOptions, accept
 from ..results import BatchResult, DecodeResult
 from ..rows import decode_prompts
-from ..runner import ModelFacts
 from ..sampling import chooser_for
 from ..types import Budget, Prompts, TokenIds
 

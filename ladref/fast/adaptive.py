@@ -25,7 +25,8 @@ from ..options import BatchCallOptions, DecodeOptions, accept
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from ..results import BatchResult, DecodeResult
 from ..rows import decode_prompts
-from ..runner import ModelFacts, Runner
+from ..facts import ModelFacts
+from ..runner import Runner
 from ..sampling import chooser_for
 from ..sources.lookahead import LookaheadProposer
 from ..sources.prompt_lookup import PromptLookupProposer

@@ -46,7 +46,7 @@ from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from ..results import DecodeResult
-from ..runner import check_model
+from ..facts import check_model
 from ..sampling import chooser_for
 from ..sources.lookahead import LookaheadProposer
 from ..types import TokenIds

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..runner import static_cache_buffers
+from ..hf_internals import static_cache_buffers
 from .package_record import package_name, package_problem, package_record
 
 try:

@@ -7,12 +7,12 @@ tokens' logits are exactly those of the unpadded step; the dummies' logits are d
 keys/values never committed. Each width compiles once, into a callable of its own, so a decoder
 may switch widths from step to step without compiling again.
 
-The KV cache is transformers' `StaticCache` (through the primitives of `ladref.runner`): a step
+The KV cache is transformers' `StaticCache` (through the primitives of `ladref.hf_internals`): a step
 writes its w tokens at slots ``length .. length+w-1`` and attends over the slots before them and
 its own, or over all M slots where its shape must not change (`StaticRunner.span`), any others
 masked (`ladref.masks.static_additive`); a commit gathers the accepted tokens' keys/values into
 place and sets the length. The commit is not compiled: on a CPU the cache's buffers are packed
-into one block each for keys, values and lengths (`ladref.runner.pack_static_cache`), so it is a
+into one block each for keys, values and lengths (`ladref.hf_internals.pack_static_cache`), so it is a
 few operations for all layers at once, and a later process has nothing to compile for it. On a
 GPU they stay one buffer per layer, as they were when a compiled greedy step took 3.3 ms on an
 H200: with the packed cache, CUDA graphs were skipped there ("mutated inputs", at the layers'
@@ -33,8 +33,9 @@ from ..config import check_int
 from ..kernels import attention_scope
 from ..masks import static_additive
 from ..results import DecodeStats
-from ..runner import (Runner, gather_block_slots, gather_static_slots, guard_static_cache, new_static_cache,
-                     pack_static_cache, set_static_length, shared_kv_scope, static_cache_ready, static_forward)
+from ..hf_internals import (gather_block_slots, gather_static_slots, guard_static_cache, new_static_cache, pack_static_cache,
+                            set_static_length, shared_kv_scope, static_cache_ready, static_forward)
+from ..runner import Runner
 from ..pricing.compiling import check_mode, check_widths, compile_own, compile_scope
 from .package_record import weights_digest
 from .precompiled import check_compile_dir, packaged_step
@@ -178,13 +179,13 @@ class StaticRunner(Runner):
 
     def details(self) -> list[str]:
         """The kernels, what a static step attends over (the slots it uses, or all max_length of
-        them: `span`), and how (key/value heads shared by their query heads: `ladref.runner.shared_kv_scope`)."""
+        them: `span`), and how (key/value heads shared by their query heads: `ladref.hf_internals.shared_kv_scope`)."""
         return super().details() + (["span=used"] if self.cuts() else []) + [f"compile_mode={self.compile_mode}",
                                                                             f"max_length={self.max_length}"]
 
     def cuts(self, step: Callable | None = None) -> bool:
         """Whether `step` (default: the compiled steps) attends over the slots it uses only (`span`):
-        where the model attends through `ladref.runner.shared_kv_attention`, which cuts the keys to
+        where the model attends through `ladref.hf_internals.shared_kv_attention`, which cuts the keys to
         its mask, and the step may change shape from call to call: run eagerly, or loaded from a
         package (its span a dynamic dimension; looked for, or not yet). A step compiled in the
         process keeps one shape: all M slots."""
@@ -270,7 +271,7 @@ class StaticRunner(Runner):
     def attending(self):
         """What every pass of this runner runs inside, eager or traced for a package: its SDPA kernels
         (`ladref.kernels.attention_scope`) and key/value heads shared by their query heads
-        (`ladref.runner.shared_kv_scope`)."""
+        (`ladref.hf_internals.shared_kv_scope`)."""
         with attention_scope(self.kernels), shared_kv_scope(self.model, self.facts):
             yield
 

@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 
 from ..config import check_int
+from ..facts import check_model
 from ..kernels import sdpa_backends
-from ..runner import ModelRunner, check_model
+from ..runner import ModelRunner
 from .cost import DEFAULT_KV_LENGTHS, CostModel, check_axis
 from .cost_cache import CostCache
 from .timing import Progress, describe, measure_batch_steps, processor

@@ -14,11 +14,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
+from ..facts import ModelFacts
+from ..head import batch_forward
+from ..hf_internals import DynamicCache, new_cache, trim_cache
 from ..kernels import attention_scope
 from ..results import DecodeStats
-from ..runner import ModelFacts, Runner, batch_forward, new_cache, trim_cache
+from ..runner import Runner
 
 Progress = Callable[[int, int], None]  # (passes done, passes in all)
 
@@ -122,9 +124,9 @@ def measure_batch_steps(model: torch.nn.Module, facts: ModelFacts, batch: int, w
     """As `measure_steps`, for a batch of `batch` rows that each feed q tokens over kv cached ones:
     ``seconds[i][j]``, the median time of one batched forward pass (B, q) at about ``kv_lengths[i]``.
 
-    The pass is the one a batch's step runs (`ladref.runner.batch_forward`: a shared cache of B rows,
+    The pass is the one a batch's step runs (`ladref.head.batch_forward`: a shared cache of B rows,
     `new_cache`, and a (B, 1, q, kv + q) additive mask); between passes the cache is cut back
-    (`ladref.runner.trim_cache`). Same plan as `measure_steps`: one untimed pass per width first,
+    (`ladref.hf_internals.trim_cache`). Same plan as `measure_steps`: one untimed pass per width first,
     then the r-th timed pass of (q, kv) at length kv + r, widths interleaved, longest first.
     """
     top = _top(facts, widths, kv_lengths, repeats)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from ..config import check_int
+from ..facts import ModelFacts
 from ..proposer import DraftSource, StepOutcome
-from ..runner import ModelFacts
 from ..tree import DraftTree
 
 

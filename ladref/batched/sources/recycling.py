@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ...runner import ModelFacts
+from ...facts import ModelFacts
 from ...sources.recycling import RecyclingProposer, TreeTemplate, check_template
 from ..drafts import Drafts
 from ..forms import BatchForm
