@@ -38,7 +38,7 @@ its pieces), the draft sources in `ladref.sources`, what steps cost and which dr
    step cost of a batch, t(q, kv, B)),
    `ladref.pricing.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
    `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
-   `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
+   `ladref.fast.package_record` (constant shapes over a static cache, compiled once), `ladref.fast.compiled_adaptive`;
    `ladref.course_choice` (a cost-aware step choice: the course's open-ended task);
 9. plumbing: `ladref.facts` (the model's facts and checks), `ladref.runner` (the runners: prefill,
    forward, commit), `ladref.head` (a pass's logits, the CPU output head), `ladref.hf_internals` (the
@@ -75,7 +75,8 @@ if TYPE_CHECKING:  # the public names (`x as x`: exported to type checkers), eac
     )
     from .decoders.sample import sample_decode as sample_decode
     from .fast.adaptive import AdaptiveDecoder as AdaptiveDecoder, adaptive_decode as adaptive_decode
-    from .fast.compiled import CompiledAdaptiveDecoder as CompiledAdaptiveDecoder, CompiledDecoder as CompiledDecoder
+    from .fast.compiled import CompiledDecoder as CompiledDecoder
+    from .fast.compiled_adaptive import CompiledAdaptiveDecoder as CompiledAdaptiveDecoder
     from .models import chat_ids as chat_ids, default_device as default_device, load_default_model as load_default_model
     from .options import DecodeOptions as DecodeOptions
     from .pricing.cost import CostModel as CostModel

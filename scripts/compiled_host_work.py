@@ -18,7 +18,7 @@ import torch
 
 from ladref import load_default_model
 from ladref.bench.datasets import encode_prompts, load_prompts
-from ladref.fast.compiled import CompiledAdaptiveDecoder
+from ladref.fast.compiled_adaptive import CompiledAdaptiveDecoder
 from ladref.pricing.policy import DraftPolicy
 from ladref.fast.static import StaticRunner
 from ladref.sources.lookahead import LookaheadProposer

@@ -21,7 +21,7 @@ from ladref import CompiledDecoder, greedy_decode, load_default_model
 from ladref.bench.agreement import first_divergence, greedy_gap_at
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.fast.adaptive import AdaptiveDecoder, remembering_proposers
-from ladref.fast.compiled import CompiledAdaptiveDecoder
+from ladref.fast.compiled_adaptive import CompiledAdaptiveDecoder
 from ladref.pricing.cost_cache import CostCache
 
 

@@ -31,7 +31,7 @@ from ladref.proposer import merged_tree
 from ladref.results import DecodeStats
 from ladref.step import draft_step
 from ladref.pricing.compiling import compile_scope
-from ladref.fast.compiled import CompiledAdaptiveDecoder
+from ladref.fast.compiled_adaptive import CompiledAdaptiveDecoder
 from ladref.pricing.cost_cache import CostCache
 from ladref.fast.static import StaticRunner, static_step
 

@@ -46,7 +46,8 @@ import torch
 from ..config import LookaheadConfig
 from ..decoders.draft import draft_decode
 from ..fast.adaptive import adaptive_decode, default_proposers, remembering_proposers
-from ..fast.compiled import CompiledAdaptiveDecoder, CompiledDecoder
+from ..fast.compiled import CompiledDecoder
+from ..fast.compiled_adaptive import CompiledAdaptiveDecoder
 from ..fast.static import DEFAULT_WIDTHS
 from ..decoders.greedy import greedy_decode
 from ..results import DecodeResult

@@ -76,7 +76,7 @@ class AdaptiveDecoder:
 
     Every call, one prompt or a batch, runs the batched engine (`ladref.batched.loop.decode_batch`)
     under one policy, `ladref.batched.policy.BatchPolicy`: one prompt is a batch of one (over a
-    compiled static cache: `ladref.fast.compiled.CompiledAdaptiveDecoder`).
+    compiled static cache: `ladref.fast.compiled_adaptive.CompiledAdaptiveDecoder`).
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
