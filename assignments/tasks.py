@@ -206,6 +206,7 @@ TASKS: tuple[Task, ...] = (
         question_points=6,
         hours="5-8",
         library_copies=tuple(f"ladref/fast/adaptive.py:PolicyChoice.{name}" for name in ("may_draft", "choose", "observe", "timed")),
+        reference="assignments/reference/course_choice.py",
     ),
 )
 

@@ -39,7 +39,6 @@ its pieces), the draft sources in `ladref.sources`, what steps cost and which dr
    `ladref.pricing.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
    `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once);
-   `ladref.course_choice` (a cost-aware step choice: the course's open-ended task);
 9. plumbing: `ladref.runner` (the model's facts; the only module touching transformers
    internals), `ladref.call` (input checks, stopping rules), `ladref.rows` (one prompt or a batch:
    the split every decoder makes), `ladref.options` (the keywords every decoder shares), `ladref.kernels` (the
