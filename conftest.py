@@ -6,15 +6,18 @@ A course answer that is no part of ladref (`Task.reference` in ``assignments/tas
 its task is worked on or graded: a student copy holds it at ``ladref/course_choice.py`` (stubbed,
 or whole where the copy ships the task solved), and the grader writes it there in every package it
 makes. The public tests import it that way (``from ladref.course_choice import ...``), in a copy
-and here alike; `CourseAnswers`, last on `sys.meta_path`, answers those imports from
-``assignments/`` when this repository's package holds no such file. Nothing else sees it: the
-library itself never imports a course answer, a student copy has a conftest.py of its own, and the
-self-check's pytest runs stop their conftest search at ``tests/``.
+and here alike. `CourseAnswers` answers those imports from ``assignments/`` when this repository's
+package holds no such file; it sits right after the finder of files on `sys.meta_path`, before any
+later finder (an editable install of another checkout) could give another checkout's file.
+
+Nothing else sees it: the library itself never imports a course answer, a student copy has a
+conftest.py of its own, and the self-check's pytest runs stop their conftest search at ``tests/``.
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 from pathlib import Path
@@ -48,4 +51,5 @@ class CourseAnswers(importlib.abc.MetaPathFinder):
 
 
 if not any(isinstance(finder, CourseAnswers) for finder in sys.meta_path):
-    sys.meta_path.append(CourseAnswers(course_answers()))
+    files = next((k for k, finder in enumerate(sys.meta_path) if finder is importlib.machinery.PathFinder), len(sys.meta_path) - 1)
+    sys.meta_path.insert(files + 1, CourseAnswers(course_answers()))

@@ -108,6 +108,9 @@ def test_a_course_answer_the_library_does_not_hold_is_placed_at_its_task_file():
     assert all(t.reference_file == t.module for t in tasks_mod.TASKS if t is not choice)
     with pytest.raises(ValueError, match="lives outside ladref/"):
         tasks_mod.Task(choice.marker, choice.title, choice.module, choice.functions, reference="ladref/other.py")
+    import ladref.course_choice  # the reference's tests import it as students' copies have it (conftest.py)
+
+    assert Path(ladref.course_choice.__file__) == ROOT / choice.reference and ladref.course_choice.__package__ == "ladref"
 
 
 def test_handouts_give_the_questions_points_and_a_file():
