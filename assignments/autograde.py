@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 
 from grades import Grade, GroupGrade, TaskGrade  # noqa: E402
 from report import leaderboard, points, summary, write_results  # noqa: E402
-from selfcheck import check, submitted_file  # noqa: E402
+from selfcheck import check, task_file  # noqa: E402
 from tasks import TASKS, Task, answered, answers_file, task_by_marker  # noqa: E402
 
 ROOT = HERE.parent
@@ -128,7 +128,7 @@ def grade_task(task: Task, student: Path, snapshot, expected: dict, work: Path, 
     from sandbox import run_probes
 
     start = time.perf_counter()
-    source = submitted_file(student, task.module)
+    source = task_file(student, task, snapshot.root)
     if source is None:
         return TaskGrade(task, [], f"the submission has no {task.module} (nor {Path(task.module).name} at its top)")
     run = work / task.marker

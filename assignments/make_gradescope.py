@@ -12,7 +12,9 @@ The zip's top level holds:
 
     setup.sh, run_autograder   from assignments/gradescope/ (see their headers)
     ladref/                    the reference package
-    assignments/               the autograder, the task table and the hidden tests
+    assignments/               the autograder, the task table, the hidden tests and the course answers
+                               the library does not hold (``assignments/reference/``: the grader
+                               puts them in its packages, `tasks.Task.reference`)
     tests/                     the public tests (the files carrying a task marker), the helpers
                                they import, tests/conftest.py and tests/data/
     README.md, pyproject.toml, constraints.txt   what ``pip install -e`` and the pins need
@@ -39,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 from autograde import TASK_TIMEOUT_S  # noqa: E402
 from make_student import public_tests  # noqa: E402
-from tasks import assignment_numbers, task_by_marker, tasks_of  # noqa: E402
+from tasks import assignment_numbers, course_answers, task_by_marker, tasks_of  # noqa: E402
 
 REPO = HERE.parent
 TEMPLATES = HERE / "gradescope"
@@ -74,7 +76,8 @@ def reference_files(repo: Path = REPO) -> dict[str, Path]:
     Raises:
         FileNotFoundError: when `repo` lacks a part the grader needs.
     """
-    for needed in ("ladref/__init__.py", "assignments/autograde.py", "assignments/hidden", "tests/conftest.py", *TOP_FILES):
+    for needed in ("ladref/__init__.py", "assignments/autograde.py", "assignments/hidden", *course_answers().values(), "tests/conftest.py",
+                   *TOP_FILES):
         if not (repo / needed).exists():
             raise FileNotFoundError(f"{repo / needed} is missing; the autograder needs it")
     assignments = repo / "assignments"

@@ -16,7 +16,9 @@ tasks' reference code:
     OUT/README.md        start here: set-up, the tasks, the commands, how to submit
     OUT/handouts/        one handout per released task (goal, rule, spec, hints, points, questions)
     OUT/answers/         one file per released task for the answers to its written questions
-    OUT/ladref/          the package, with the task bodies removed
+    OUT/ladref/          the package, with the task bodies removed; a course answer the library does not
+                         hold (`tasks.Task.reference`: task 2.3's ladref/course_choice.py) is written
+                         into it from assignments/, at the task's file, as the other task files are
     OUT/tests/           the public tests: the test files that carry a released task's marker,
                          the helpers they import and the data files they read (tests/data/<name>,
                          shipped when a public test names it): nothing that needs files the
@@ -32,8 +34,9 @@ tasks' reference code:
 
 Nothing is hand-copied: bodies are located with `ast` in the reference sources, so the student
 version always matches the current reference. The probes that grade (``assignments/hidden/``), the
-answer keys (``assignments/instructor/``), this generator and the handouts' sources stay with the
-instructor. `near_copies.py` checks a copy for near copies of the graded functions.
+answer keys (``assignments/instructor/``), task 2.3's reference answer (``assignments/reference/``,
+shipped only as the stubbed or solved ``ladref/course_choice.py``), this generator and the handouts'
+sources stay with the instructor. `near_copies.py` checks a copy for near copies of the graded functions.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from copy_conftest import conftest_source  # noqa: E402
 from copy_plan import CopyPlan, plan  # noqa: E402
 from handouts import READING, answers_template, render_handout, student_readme  # noqa: E402
 from overview import shipped_tutorials  # noqa: E402
-from tasks import TASKS, Task, answers_file, dependents, marked_files  # noqa: E402
+from tasks import TASKS, Task, answers_file, course_answers, dependents, marked_files  # noqa: E402
 from tutorial_needs import load_needs  # noqa: E402
 
 REPO = HERE.parent
@@ -232,6 +235,15 @@ def reading_and_tutorials(copy_plan: CopyPlan) -> list[str]:
     return [*READING, *(f"tutorials/{name}.py" for name in names), *(["tutorials/run.py"] if names else []), *reads]
 
 
+def place_course_answers(out: Path) -> None:
+    """Write each course answer the library does not hold (`tasks.course_answers`) at its task's file in the
+    copy's package, the reference's code whole (`stub_tasks` then stubs it unless the copy ships it solved)."""
+    for module, reference in course_answers().items():
+        if (out / module).exists():
+            raise FileExistsError(f"the library holds {module}, the file of a course answer kept in {reference}")
+        shutil.copy2(REPO / reference, out / module)
+
+
 def stub_tasks(out: Path, copy_plan: CopyPlan) -> None:
     """Stub every task the copy does not ship solved, and the library copies (`Task.library_copies`) of
     those whose assignment is not over (`CopyPlan.library_stubs`)."""
@@ -279,6 +291,7 @@ def make_student(out: Path, markers: list[str] | None = None, *, assignment: int
     if out.exists():
         raise FileExistsError(f"{out} exists; choose a new folder")
     shutil.copytree(REPO / "ladref", out / "ladref", ignore=IGNORED)
+    place_course_answers(out)
     copy_tests(out, [task.marker for task in copy_plan.work])
     for name in COPIED_FILES:
         shutil.copy2(REPO / name, out / name)

@@ -133,10 +133,10 @@ def graded_references(repo: Path = REPO, tasks: list[Task] | tuple[Task, ...] = 
     """"task2_1 ladref/accept.py:accept_one" -> the reference body's normalised tokens, for each graded function."""
     refs = {}
     for task in tasks:
-        found = dict(functions(repo / task.module))
+        found = dict(functions(repo / task.reference_file))  # the reference's answer, in the library or in assignments/
         for qualname in task.functions:
             if qualname not in found:
-                raise LookupError(f"{task.marker}: {qualname} is not in {repo / task.module}")
+                raise LookupError(f"{task.marker}: {qualname} is not in {repo / task.reference_file}")
             refs[f"{task.marker} {task.module}:{qualname}"] = normalised_tokens(found[qualname])
     return refs
 

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from selfcheck import submitted_file  # noqa: E402
+from selfcheck import task_file  # noqa: E402
 from tasks import task_by_marker  # noqa: E402
 
 FRAME_NAMES = {"_getframe", "currentframe", "stack", "getouterframes", "getinnerframes", "trace", "f_back", "f_globals",
@@ -77,7 +77,10 @@ def uses_gc(tree: ast.Module) -> list[ast.AST]:
             or (isinstance(n, ast.Name) and n.id == "gc") or (isinstance(n, ast.Attribute) and n.attr == "get_objects")]
 
 
-POLICY_PACKAGES = ("fast", "pricing", "batched.policy", "batched.acceptance")  # adaptive decoding's policy, under ladref
+# adaptive decoding's policy, under ladref. The task file is a module of ladref wherever it runs (`tasks.Task.module`,
+# ladref/course_choice.py: in a copy, in a submission, in the grader's packages; the reference's answer, kept in
+# assignments/reference/, is put there too), so a relative import (".fast") names a module of ladref ("ladref.fast").
+POLICY_PACKAGES = ("fast", "pricing", "batched.policy", "batched.acceptance")
 
 
 def imports_policy(tree: ast.Module) -> list[ast.AST]:
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         task = task_by_marker(args.task)
     except ValueError as err:
         parser.error(str(err))
-    path = args.submission if args.submission.is_file() else submitted_file(args.submission, task.module)
+    path = args.submission if args.submission.is_file() else task_file(args.submission, task, HERE.parent)
     if path is None:
         print(f"no {task.module} in {args.submission}", file=sys.stderr)
         return 2

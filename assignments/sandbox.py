@@ -1,7 +1,9 @@
 """Run a task's probes on a submission in a confined process, from a copy of the reference held in memory.
 
-`Snapshot` reads the reference once (``ladref/``, the probes in ``assignments/hidden/``, the test
-helpers the probes import, the worker) and writes a fresh package from memory for every run, so
+`Snapshot` reads the reference once (``ladref/``, the course answers the library does not hold,
+``assignments/reference/``, the probes in ``assignments/hidden/``, the test helpers the probes
+import, the worker) and writes a fresh package from memory for every run (each course answer at
+its task's file, ``pkg/ladref/course_choice.py``), so
 nothing a submission changes on disk reaches the next run, and `Snapshot.changed` tells which of
 the reference folder's own files changed while the submission ran (the grader reports them and
 leaves them as they are: they may be the instructor's own edits, made while a long run goes on). `run_probes` starts ``worker.py`` through ``confine.py`` (time limit, every process it
@@ -20,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks import course_answers
+
 HERE = Path(__file__).resolve().parent
 CONFINE = HERE / "confine.py"
 HELPERS = ("strategies.py", "families.py")  # test helpers the probes import (tiny models)
@@ -34,20 +38,26 @@ class Snapshot:
 
     Attributes:
         root: the reference folder they were read from.
-        files: relative path -> bytes, for ``ladref/``, ``assignments/hidden/``, ``assignments/worker.py``
-            and ``tests/*.py`` (watched for changes; only the probes' helpers are written to runs).
+        files: relative path -> bytes, for ``ladref/``, the course answers (`tasks.course_answers`),
+            ``assignments/hidden/``, ``assignments/worker.py`` and ``tests/*.py`` (watched for changes;
+            only the probes' helpers are written to runs).
+        placed: a course answer's path -> its task's file in the package ("ladref/course_choice.py"),
+            where runs get it.
     """
 
     root: Path
     files: dict[str, bytes]
+    placed: dict[str, str]
 
     @classmethod
     def read(cls, root: Path) -> Snapshot:
         if not (root / "assignments" / "hidden").is_dir():
             raise FileNotFoundError(f"{root} has no assignments/hidden/: grading needs the reference repository")
-        paths = [*sorted((root / "ladref").rglob("*.py")), *sorted((root / "assignments" / "hidden").glob("*.py")),
-                 *sorted((root / "tests").glob("*.py")), root / "assignments" / "worker.py"]
-        return cls(root, {p.relative_to(root).as_posix(): p.read_bytes() for p in paths})
+        placed = {reference: module for module, reference in course_answers().items()}
+        paths = [*sorted((root / "ladref").rglob("*.py")), *(root / reference for reference in placed),
+                 *sorted((root / "assignments" / "hidden").glob("*.py")), *sorted((root / "tests").glob("*.py")),
+                 root / "assignments" / "worker.py"]
+        return cls(root, {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}, placed)
 
     def probe_modules(self) -> list[str]:
         """The task markers that have a probe module (``assignments/hidden/task1_2.py`` -> "task1_2")."""
@@ -58,6 +68,8 @@ class Snapshot:
         for rel, data in self.files.items():
             if rel.startswith("ladref/"):
                 target = dest / "pkg" / rel
+            elif rel in self.placed:
+                target = dest / "pkg" / self.placed[rel]
             elif rel == "assignments/worker.py":
                 target = dest / "worker.py"
             elif rel.startswith("assignments/hidden/") or rel in {f"tests/{name}" for name in HELPERS}:

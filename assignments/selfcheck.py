@@ -46,6 +46,16 @@ def submitted_file(submission: Path, module: str) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
+def task_file(submission: Path, task: Task, reference: Path) -> Path | None:
+    """The submission's file for `task` (`submitted_file`); the reference repository graded as a submission
+    gives its own answer where it keeps it (`Task.reference_file`: a course answer the library does not hold)."""
+    found = submitted_file(submission, task.module)
+    kept = reference / task.reference_file
+    if found is None and submission.resolve() == reference.resolve() and kept.is_file():
+        return kept
+    return found
+
+
 def run_pytest(cmd: list[str], cwd: Path, env: dict, timeout: float) -> tuple[int | None, str]:
     """Run pytest in its own process group; on timeout kill the whole group. Returns (exit code or None, output)."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -95,7 +105,7 @@ def grade_task(task: Task, student: Path, reference: Path, work: Path, *, test_t
                task_timeout: float = TASK_TIMEOUT_S, pytest_args: list[str] | None = None) -> TaskGrade:
     """Check one task of `student` with the public tests, on `reference`'s other files (see the module doc)."""
     start = time.perf_counter()
-    source = submitted_file(student, task.module)
+    source = task_file(student, task, reference)
     if source is None:
         return TaskGrade(task, [], f"the submission has no {task.module}")
     package = work / task.marker

@@ -53,6 +53,12 @@ class Task:
             decoder's own n-gram pool); a student copy stubs them with the task's functions until
             the task's assignment is over (they ship whole in a later assignment's copy, and where
             the copy ships the task solved), so that no working solution sits beside the stubs.
+        reference: where the reference's answer lives when the library does not hold it: a course
+            answer that is no part of ladref (task 2.3's, ``assignments/reference/course_choice.py``).
+            It is written at `module` wherever the task is worked on or graded: in a student copy
+            (stubbed, or whole where the copy ships the task solved), in the grader's packages and,
+            for the reference's own tests, by the repository's ``conftest.py`` (`course_answers`).
+            Empty: the reference's answer is `module` itself.
     """
 
     marker: str
@@ -65,14 +71,23 @@ class Task:
     hours: str = "2-3"
     solution_tutorials: tuple[str, ...] = ()
     library_copies: tuple[str, ...] = ()
+    reference: str = ""
 
     def __post_init__(self) -> None:
-        """Check `question_points` (TypeError: not an int; ValueError: negative or odd)."""
+        """Check `question_points` (TypeError: not an int; ValueError: negative or odd) and `reference`
+        (ValueError: inside the package, where the library would ship it)."""
+        if self.reference.startswith("ladref/"):
+            raise ValueError(f"{self.marker}: a course answer kept out of the library lives outside ladref/, got {self.reference!r}")
         qp = self.question_points
         if isinstance(qp, bool) or not isinstance(qp, int):
             raise TypeError(f"{self.marker}: question_points must be an int, got {type(qp).__name__}")
         if qp < 0 or qp % QUESTIONS:
             raise ValueError(f"{self.marker}: question_points must be >= 0 and split evenly over {QUESTIONS} questions, got {qp}")
+
+    @property
+    def reference_file(self) -> str:
+        """The reference's answer, relative to the repository root: `reference`, else `module`."""
+        return self.reference or self.module
 
     @property
     def number(self) -> str:
@@ -190,8 +205,15 @@ TASKS: tuple[Task, ...] = (
         points=30,
         question_points=6,
         hours="5-8",
+        reference="assignments/reference/course_choice.py",
     ),
 )
+
+
+def course_answers(tasks: tuple[Task, ...] | list[Task] = TASKS) -> dict[str, str]:
+    """{module: reference} of the tasks whose reference's answer the library does not hold (`Task.reference`):
+    {"ladref/course_choice.py": "assignments/reference/course_choice.py"}."""
+    return {task.module: task.reference for task in tasks if task.reference}
 
 
 def task_by_marker(marker: str) -> Task:

@@ -48,14 +48,16 @@ def recorder(calls: set[str], marker: str, function):
 
 def wrap_task_functions(calls: set[str]) -> None:
     """Wrap every task function, and the library functions stubbed with it (`Task.library_copies`),
-    where ladref's modules look it up (methods on their class)."""
+    where ladref's modules look it up (methods on their class). A course answer the library does not
+    hold (`Task.reference`) is not there for a tutorial to run: only its library copies are wrapped."""
     import ladref
 
     for info in pkgutil.walk_packages(ladref.__path__, "ladref."):
         importlib.import_module(info.name)
     modules = [m for name, m in sys.modules.items() if name == "ladref" or name.startswith("ladref.")]
     for task in TASKS:
-        for path, functions in {task.module: task.functions, **task.library_functions()}.items():
+        own = {} if task.reference else {task.module: task.functions}
+        for path, functions in {**own, **task.library_functions()}.items():
             wrap_functions(calls, task.marker, importlib.import_module(path.removesuffix(".py").replace("/", ".")), functions, modules)
 
 

@@ -1,6 +1,6 @@
 """Variants of the reference's task files: how the course kit checks that its self-check grades as the grader does.
 
-Each `Variant` is the reference's file of one task (`tasks.Task.module`) with a few exact text
+Each `Variant` is the reference's file of one task (`tasks.Task.reference_file`) with a few exact text
 replacements (old snippet -> new snippet, each old snippet found exactly once, so that a change
 of the reference that moves a snippet fails loudly instead of testing something else). A WRONG
 variant is a plausible mistake: it must score below full marks in the grader (the probes of
@@ -67,9 +67,11 @@ class Variant:
             reference = reference.replace(old, new)
         return reference
 
-    def write(self, root: Path, module: str, folder: Path) -> Path:
-        """Write the variant of ``root / module`` as a submission: ``folder / module``; returns its path."""
+    def write(self, reference: Path, module: str, folder: Path) -> Path:
+        """Write the variant of the reference's file `reference` as a submission's task file ``folder / module``
+        (`tasks.Task.reference_file` and `tasks.Task.module`: the same path but for a course answer the
+        library does not hold); returns its path."""
         path = folder / module
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.source((root / module).read_text()))
+        path.write_text(self.source(reference.read_text()))
         return path

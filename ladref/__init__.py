@@ -39,7 +39,6 @@ its pieces), the draft sources in `ladref.sources`, what steps cost and which dr
    `ladref.pricing.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
    `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
    `ladref.fast.package_record` (constant shapes over a static cache, compiled once), `ladref.fast.compiled_adaptive`;
-   `ladref.course_choice` (a cost-aware step choice: the course's open-ended task);
 9. plumbing: `ladref.facts` (the model's facts and checks), `ladref.runner` (the runners: prefill,
    forward, commit), `ladref.head` (a pass's logits, the CPU output head), `ladref.hf_internals` (the
    only module touching transformers internals), `ladref.call` (input checks, stopping rules),

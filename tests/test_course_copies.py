@@ -88,7 +88,7 @@ def test_library_functions_doing_a_tasks_job_are_stubbed_until_its_assignment_is
     assert tasks_mod.task_by_marker("task2_3").library_functions() == {}
     assert "harvest" in tasks_mod.task_by_marker("task1_2").library_functions()["ladref/minimal.py"]
     for task in tasks_mod.tasks_of(1):  # shipped solved: the reference's code
-        assert (copies["a2s"] / task.module).read_text() == (ROOT / task.module).read_text()
+        assert (copies["a2s"] / task.module).read_text() == (ROOT / task.reference_file).read_text()
 
 
 # --- rule 4: a copy releases its assignment only ---
@@ -174,7 +174,13 @@ def test_one_zip_per_assignment_with_a_budget_for_every_task(tmp_path, capsys):
 
 def test_rule_check_passes_the_reference_and_flags_each_broken_rule(tmp_path, capsys):
     rule_check = load("rule_check")
-    assert rule_check.main([str(ROOT)]) == 0  # the reference's ladref/course_choice.py breaks no rule
+    choice = tasks_mod.task_by_marker("task2_3")
+    assert rule_check.main([str(ROOT)]) == 0  # the reference's answer (assignments/reference/course_choice.py) breaks no rule
+    printed = capsys.readouterr().out
+    assert printed.count("[pass]") == len(rule_check.RULES) and "[FLAG]" not in printed
+    (tmp_path / "submitted" / "ladref").mkdir(parents=True)  # a submission folder: its task file is found at its path
+    (tmp_path / "submitted" / choice.module).write_text((ROOT / choice.reference_file).read_text())
+    assert rule_check.main([str(tmp_path / "submitted")]) == 0
     printed = capsys.readouterr().out
     assert printed.count("[pass]") == len(rule_check.RULES) and "[FLAG]" not in printed
     assert all(f"[ ] {item}" in printed for item in rule_check.HAND_CHECKS)

@@ -101,6 +101,18 @@ def test_question_points_are_checked():
         tasks_mod.Task(task.marker, task.title, task.module, task.functions, question_points="4")
 
 
+def test_a_course_answer_the_library_does_not_hold_is_placed_at_its_task_file():
+    choice = tasks_mod.task_by_marker("task2_3")
+    assert (choice.module, choice.reference_file) == ("ladref/course_choice.py", "assignments/reference/course_choice.py")
+    assert tasks_mod.course_answers() == {choice.module: choice.reference}
+    assert all(t.reference_file == t.module for t in tasks_mod.TASKS if t is not choice)
+    with pytest.raises(ValueError, match="lives outside ladref/"):
+        tasks_mod.Task(choice.marker, choice.title, choice.module, choice.functions, reference="ladref/other.py")
+    import ladref.course_choice  # the reference's tests import it as students' copies have it (conftest.py)
+
+    assert Path(ladref.course_choice.__file__) == ROOT / choice.reference and ladref.course_choice.__package__ == "ladref"
+
+
 def test_handouts_give_the_questions_points_and_a_file():
     for task in tasks_mod.TASKS:
         text = handouts.render_handout(task)
@@ -165,7 +177,7 @@ def documented_objects(folder: Path) -> dict[str, str]:
 
 def test_the_docs_hide_the_source_of_the_task_modules():
     blocks = documented_objects(ROOT / "docs" / "reference")
-    modules = {t.module.removesuffix(".py").replace("/", ".") for t in tasks_mod.TASKS}
+    modules = {t.module.removesuffix(".py").replace("/", ".") for t in tasks_mod.TASKS if not t.reference}  # in the library
     for module in modules:
         shown = [name for name in blocks if name == module or name.startswith(module + ".")]
         assert shown, f"{module} is not in the API reference"
@@ -174,6 +186,8 @@ def test_the_docs_hide_the_source_of_the_task_modules():
     others = [options for name, options in blocks.items() if not any(name == m or name.startswith(m + ".") for m in modules)]
     assert others and not any("show_source: false" in options for options in others)  # the rest keep the default
     assert re.search(r"^\s+show_source: true\b", (ROOT / "mkdocs.yml").read_text(), flags=re.M)
+    answers = {m.removesuffix(".py").replace("/", ".") for m in tasks_mod.course_answers()}  # no part of the library
+    assert answers and not [name for name in blocks for m in answers if name == m or name.startswith(m + ".")]
 
 
 # --- 6. the instructor's answer keys: one per task, complete, never shipped ---

@@ -32,7 +32,7 @@ WRONG, EQUIVALENT = variants_mod.WRONG, variants_mod.EQUIVALENT
 
 
 def reference_of(task: str) -> str:
-    return (ROOT / tasks_mod.task_by_marker(task).module).read_text()
+    return (ROOT / tasks_mod.task_by_marker(task).reference_file).read_text()
 
 
 def of(task: str, kind: str) -> list:
@@ -102,7 +102,7 @@ def graded_both_ways(task, folder: Path) -> dict[str, tuple[float, float]]:
     (submissions / "reference" / marker.module).parent.mkdir(parents=True)
     (submissions / "reference" / marker.module).write_text(reference_of(task))
     for variant in (v for v in VARIANTS if v.task == task):
-        variant.write(ROOT, marker.module, submissions / variant.name)
+        variant.write(ROOT / marker.reference_file, marker.module, submissions / variant.name)
     grader = {g.submission.name: float(g.tasks[0].score)
               for g in autograde.grade_folder(submissions, folder / "grades", [task], seed=0)}
     selfcheck = {sub.name: float(autograde.grade(sub, [task], hidden=False).tasks[0].score)

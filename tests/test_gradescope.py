@@ -89,6 +89,7 @@ def test_zip_holds_the_scripts_on_top_and_the_reference(archive):
                    "README.md", "pyproject.toml", "constraints.txt"):
         assert needed in infos, needed
     assert any(n.startswith("assignments/hidden/") for n in names)
+    assert all(t.reference_file in infos for t in tasks_mod.TASKS)  # the course answer the library does not hold too
     assert any(n.startswith("tests/data/") for n in names)
     public = tasks_mod.marked_files(ROOT / "tests", [t.marker for t in tasks_mod.TASKS])
     assert public and all(f"tests/{p.name}" in infos for p in public)
@@ -162,12 +163,12 @@ def test_fallback_results_when_the_grader_cannot_finish(tmp_path, archive):
     assert found["score"] == 0 and "could not run" in found["output"]
 
 
-def submit(submission: Path, package: Path) -> None:
-    """Copy the task files of `package` (a ladref/ folder) into submission/ladref/, at their paths."""
+def submit(submission: Path, folder: Path, reference: bool) -> None:
+    """Copy the task files of `folder` (the reference repository, or a student copy) into submission/, at
+    their paths (ladref/masks.py, ...); the reference's from where it keeps them (`Task.reference_file`)."""
     for task in tasks_mod.TASKS:
-        inside = Path(task.module).relative_to("ladref")  # masks.py, sources/ngram_pool.py, ...
-        (submission / "ladref" / inside).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(package / inside, submission / "ladref" / inside)
+        (submission / task.module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(folder / (task.reference_file if reference else task.module), submission / task.module)
 
 
 def reference_and_stubs(tmp_path: Path, archive: Path, copy_options: list[str], full: float):
@@ -178,9 +179,9 @@ def reference_and_stubs(tmp_path: Path, archive: Path, copy_options: list[str], 
     made = subprocess.run([sys.executable, str(ASSIGNMENTS / "make_student.py"), str(student), *copy_options],
                           capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
-    for name, package, expected in (("reference", ROOT / "ladref", full), ("stubs", student / "ladref", 0)):
+    for name, folder, expected in (("reference", ROOT, full), ("stubs", student, 0)):
         root = gradescope_root(tmp_path / name, archive)
-        submit(root / "submission", package)
+        submit(root / "submission", folder, reference=name == "reference")
         proc = run_autograder(root)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         found = results(root)

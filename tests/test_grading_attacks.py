@@ -195,7 +195,7 @@ def test_a_submission_without_the_task_file_scores_zero_with_the_reason(tmp_path
 def test_a_submission_looping_in_every_task_ends_within_its_limits(tmp_path):
     folder = tmp_path / "loops"
     for task in tasks_mod.TASKS:
-        text = make_student.stub_source((ROOT / task.module).read_text(), task.marker, task.functions)
+        text = make_student.stub_source((ROOT / task.reference_file).read_text(), task.marker, task.functions)
         looping = [f"{indent}while True:\n{indent}    pass" if line.lstrip().startswith("raise NotImplementedError") else line
                    for line in text.splitlines() for indent in [line[: len(line) - len(line.lstrip())]]]
         (folder / task.module).parent.mkdir(parents=True, exist_ok=True)

@@ -142,7 +142,7 @@ class CostAwareChoice:
 
 @pytest.mark.slow
 def test_wrong_policies_score_below_half_the_reference_full_marks_and_stubs_zero(tmp_path):
-    source = (ROOT / TASK.module).read_text()
+    source = (ROOT / TASK.reference_file).read_text()  # assignments/reference/course_choice.py
     submissions = {"reference": source, "stub": make_student.stub_source(source, TASK.marker, TASK.functions),
                    "nothing": NOTHING, "everything": WRAPPED.format(budget=""), "budget8": WRAPPED.format(budget=8)}
     for name, text in submissions.items():
