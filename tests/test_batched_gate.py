@@ -1,9 +1,8 @@
-"""Adaptive drafting that cannot pay costs nothing, and a batch's policy calibrated by its passes' times.
+"""Adaptive drafting that cannot pay costs nothing: where no draft can pay, a batch's step proposes nothing.
 
-Where no draft can pay (`BatchPolicy.may_draft`, decided on the host from the loop's one read), a
-step is bare (`BatchStep.run_bare`): nothing proposed, merged or priced, the sources still learning
-from the tokens kept; and with ``PolicySettings(calibrate=True)`` the surface is corrected by the
-time between two reads (`ladref.batched.gate.Gate`, `ladref.batched.prices.BatchPrices.timed`).
+Where no draft can pay (`BatchPolicy.may_draft`, decided on the host from the loop's one read,
+`ladref.batched.gate.Gate`), a step is bare (`BatchStep.run_bare`): nothing proposed, merged or
+priced, the sources still learning from the tokens kept. (Calibration: test_batched_calibration.py.)
 """
 
 from __future__ import annotations
@@ -18,11 +17,8 @@ from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
 from test_batch import reads_and_ops
 
 from ladref import LookaheadConfig, SuffixProposer, greedy_decode
-from ladref.batched import gate as gate_module
-from ladref.batched.cache import BatchCache
 from ladref.batched.loop import decode_batch
 from ladref.batched.policy import HOPE, BatchPolicy
-from ladref.batched.prices import BatchPrices
 from ladref.batched.sources.jacobi import BatchJacobi
 from ladref.batched.sources.lookahead import BatchLookahead
 from ladref.batched.sources.lookup import BatchPromptLookup
@@ -187,81 +183,6 @@ def test_steps_that_switch_between_drafting_and_bare_keep_every_rows_tokens(arch
     policy.may_draft = lambda rows, kv, cells, hope: next(pattern)
     result, _ = adaptive(model, batch, budgets, sources, FLAT, eos, policy=policy, every=every)
     assert result.token_ids == greedy(model, batch, budgets, eos)
-
-
-class Clock:
-    """The time the gate reads: advanced only by the forward passes, as `cost` says a pass of q tokens takes."""
-
-    def __init__(self, cost) -> None:
-        self.now, self.cost = 0.0, cost
-
-    def perf_counter(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """Passes that take 10 ms a row and token fed plus 30 ms for each extra token: drafting is dear."""
-    clock = Clock(lambda rows, q: 0.01 * q + 0.03 * (q - 1))
-    forward = BatchCache.forward
-
-    def timed_forward(self, ids, *args, **kwargs):
-        clock.now += clock.cost(*ids.shape)
-        return forward(self, ids, *args, **kwargs)
-
-    monkeypatch.setattr(BatchCache, "forward", timed_forward)
-    monkeypatch.setattr(gate_module, "time", clock)
-    return clock
-
-
-def test_a_batch_policy_calibrates_by_the_time_between_two_reads(clock):
-    """Each read times the passes since the last one (the first run excepted): `timed` gets their
-    (q, rows, kv) and the seconds between the reads, which move the corrections (calibrate on)."""
-    model, batch = tiny_model("llama", 16, 0), [[1, 2, 3, 1, 2], [7, 1, 7]]
-    heard = []
-    policy = BatchPolicy(FLAT, 2, ["jacobi"], 3, PolicySettings(calibrate=True))
-    timed = policy.timed
-    policy.timed = lambda passes, seconds: heard.append((list(passes), seconds)) or timed(passes, seconds)
-    result, _ = adaptive(model, batch, [12, 6], [BatchJacobi(3)], None, policy=policy, every=2)
-    assert result.token_ids == greedy(model, batch, [12, 6])
-    fed = result[0].stats.forward_tokens_per_step  # the first row decodes to the end: every pass's width
-    passes = [p for passes, _ in heard for p in passes]
-    assert [q for q, _, _ in passes] == fed[2 : 2 + len(passes)] and len(passes) >= len(fed) - 4  # the first run untimed
-    assert all(seconds == pytest.approx(sum(clock.cost(rows, q) for q, rows, _ in run)) for run, seconds in heard)
-    assert [rows for _, rows, _ in passes][-1] == 1 and all(a[2] < b[2] for a, b in zip(passes, passes[1:]))  # rows leave, kv grows
-    assert policy.prices.corrections and all(c > 0 for c in policy.prices.corrections.values())  # FLAT: 10 ms a pass, dearer
-    assert policy.prices.curve(1, 0) != FLAT.at(1).curve(0)
-
-
-def test_calibration_stops_drafting_that_a_surface_prices_100x_too_cheap(clock):
-    """A surface whose drafts cost a hundredth of what they do: the policy drafts on it as it is; calibrated,
-    each run moving its width's correction a little, it stops after some steps."""
-    surface = CostSurface.of(CostModel.from_times({1: 0.01, 2: 0.0008, 32: 0.0128}))  # t(q) / 100 past q = 1
-    model, batch = tiny_model("llama", 16, 0), [[1, 2, 3]]
-    fed = {}
-    for calibrate in (False, True):
-        result, policy = adaptive(model, batch, 160, [BatchPromptLookup(4)], surface, calibrate=calibrate)
-        assert result.token_ids == greedy(model, batch, [160])
-        fed[calibrate] = result[0].stats.forward_tokens_per_step
-    assert sum(q > 1 for q in fed[False][-30:]) > 25  # it drafts to the end
-    assert fed[True][-30:] == [1] * 30 and max(fed[True]) > 1  # drafted, then stopped
-    assert policy.prices.corrections[2] > 3  # the width's correction moved far past 1 (e^3 = 20x)
-
-
-def test_calibration_is_off_unless_asked_and_moves_a_correction_by_at_most_one_a_run():
-    prices = BatchPrices(FLAT, PolicySettings(), torch.device("cpu"))
-    prices.timed([(1, 1, 0)], 100.0)
-    assert prices.corrections == {} and prices.curve(1, 0) == FLAT.at(1).curve(0)  # off: the surface as it is
-    prices = BatchPrices(FLAT, PolicySettings(calibrate=True, smoothing=0.5), torch.device("cpu"))
-    t = FLAT.at(1).time(1, 0)
-    prices.timed([(1, 1, 0)], 100.0 * t)
-    assert prices.corrections == {1: 1.0, 0: 1.0}  # a first timing: all the way, but at most 1
-    prices.timed([(1, 1, 0)], 100.0 * t)
-    assert prices.corrections == {1: 1.5, 0: 1.5}  # then smoothing x at most 1
-    prices.timed([(5, 1, 0)], 100.0 * FLAT.at(1).time(5, 0))
-    assert prices.corrections[128] == 2.5 and prices.corrections[0] == 2.0  # a new bucket starts from the overall one
-    curve = prices.curve(1, 0)
-    assert curve[0] == pytest.approx(t * torch.e ** 1.5) and curve[4] == pytest.approx(FLAT.at(1).time(5, 0) * torch.e ** 2.5)
 
 
 @settings(max_examples=10, deadline=None)
