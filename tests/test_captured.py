@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
 
 from ladref.pricing.cost import CostModel
-from ladref.batched.program import program_cost
+from ladref.batched.program import BARE, program_cost
 from ladref.pricing.surface import CostSurface
 from ladref import (CapturedBatchDecoder, JacobiProposer, LookaheadConfig, LookaheadProposer, PromptLookupProposer,
                     RecyclingProposer, SuffixMemory, SuffixProposer, greedy_decode)
@@ -87,8 +87,10 @@ def test_a_captured_adaptive_batch_equals_greedy_row_by_row(arch, vocab, seed, c
     widths = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=3))  # the captured node counts
     decoder = adaptive(model, batch, budgets, cost, widths, steps_per_read=data.draw(st.integers(1, 4)))
     assert decoder(batch, budgets, eos_token_id=eos).token_ids == greedy(model, batch, budgets, eos)
-    for nodes, _ in decoder.shapes:  # a captured width, or every node (the first step, or wished beyond them all)
-        assert nodes in widths or nodes == decoder.draft_width
+    for shape in decoder.shapes:  # a captured width, every node (the first step, or wished beyond them all), or bare
+        assert shape[0] in widths or shape[0] == decoder.draft_width or shape == BARE
+    if cost == "steep":  # no draft can pay: after the first step, every run bare (nothing proposed)
+        assert set(decoder.shapes) <= {BARE, (decoder.draft_width, True)} and decoder.shapes[BARE] >= sum(decoder.shapes.values()) - 1
 
 
 def test_a_captured_adaptive_batch_drafts_only_where_the_surface_makes_it_pay():
@@ -238,9 +240,9 @@ def test_compiled_captured_adaptive_runs_its_captured_widths_and_reads_once_a_st
                                    cost=CostSurface.of(CostModel.from_ratios(COSTS["ridge"])), widths=(2,))  # roomy: no compaction
     graphs = torch._dynamo.utils.counters["stats"]
     before = graphs["unique_graphs"]  # (the counters outlive a reset: other tests' graphs are counted too)
-    decoder.capture(batch)  # every program of this batch size: 2 nodes and every node, each with and without the window
+    decoder.capture(batch)  # every program of this batch size: 2 nodes and every node, each with and without the window, and bare
     compiled = graphs["unique_graphs"]
-    assert compiled - before == 2 * 2
+    assert compiled - before == 2 * 2 + 1
     with torch._dynamo.config.patch(error_on_recompile=True):  # the policy's tensors too kept in place (`resident`)
         result = decoder(batch, budgets, eos_token_id=[])
     assert result.token_ids == greedy(model, batch, budgets)

@@ -134,6 +134,8 @@ class Acceptance:
         Args:
             text: (B, X) the rows' texts; tokens: (B,) the tokens the step accepted (unused: the text holds them).
         """
+        if self.ring is None:  # nothing proposed yet
+            return
         ring, d = self.ring, self.spelled_depth()
         base = ring["base"]  # (P, B)
         at = (base[..., None] + 1 + torch.arange(d, device=text.device)).clamp(max=text.shape[1] - 1)  # (P, B, D)

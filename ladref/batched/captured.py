@@ -20,7 +20,10 @@ leaves a row idle in a run. A sampled step draws from `ladref.batched.noise.Keye
 seed, step, row and index; a `torch.Generator` cannot be captured). Each step ends by planning the
 next, so adaptive decoding (``cost``) runs the batch's policy inside the program: the read brings
 the next plan's shape, chosen after the last step's outcome, and the next step runs at the
-narrowest captured width that holds it (within a run of k > 1 steps, the run's width).
+narrowest captured width that holds it (within a run of k > 1 steps, the run's width). Where no
+draft can pay (`BatchPolicy.may_draft`, on the host, from the read), the run is of bare steps, a
+program of its own that proposes and plans nothing; the first drafting run after them plans
+eagerly and runs every node (its plan's shape is not read).
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface
 from .loop import _results, check_rows
 from .policy import BatchPolicy
-from .program import captured_step, check_fits, check_node_widths, check_settings, each_program, program_cost
+from .program import BARE, captured_step, check_fits, check_node_widths, check_settings, each_program, program_cost, run_shape
+from .program import wish_read
 from .resident import Resident
 from .sample import KeyedSampler
 from .source import FeedAll, remember
@@ -82,7 +86,8 @@ class CapturedBatchDecoder:
             proposed node; adaptive: of the widest step), known once a call has run.
         draft_width: the draft nodes of those (every proposed node, at most `draft_budget`).
         compactions: how often a call's slots ran short and were packed (`StaticBatchCache.compact`).
-        shapes: the last call's steps at each program shape, {(draft nodes, window): steps}.
+        shapes: the last call's steps at each program shape, {(draft nodes, window): steps}; bare steps
+            (nothing planned: no draft could pay) at `ladref.batched.program.BARE`, (0, None).
 
     Example:
         >>> decoder = CapturedBatchDecoder(model, [LookaheadProposer(LookaheadConfig(7, 5, 7))], max_length=1024)
@@ -103,10 +108,11 @@ class CapturedBatchDecoder:
         self.caches: dict[int, StaticBatchCache] = {}  # one per batch size: the program's graph holds its buffers
         self.resident = Resident(static=mode not in (None, "max-autotune"))  # the rest of what a step carries, kept likewise
         self.step_width = self.draft_width = None  # Q, and the draft nodes of the widest step: known at the first call
-        self.shapes: Counter[tuple[int, bool]] = Counter()  # the last call's steps at each (nodes, window)
+        self.shapes: Counter[tuple[int, bool | None]] = Counter()  # the last call's steps at each (nodes, window)
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
         self.policy: BatchPolicy | None = None  # the last adaptive call's
-        self._forced: tuple[int, bool] | None = None  # `capture`'s and `measure`'s shape for every step of a call
+        self._forced: tuple[int, bool | None] | None = None  # `capture`'s and `measure`'s shape for every step of a call
+        self._stale = False  # the plan in hand was made before bare steps
         self._practice = False  # inside `capture` or `measure` (`each_program`): their calls' outputs are not remembered
 
     @property
@@ -176,11 +182,12 @@ class CapturedBatchDecoder:
         cache, reach = step.cache, step.deepest + 1  # the most a step moves the frontier
         log = torch.zeros(int(state.budget.max()) + self.every, state.size, 3 + 2 * sources if sources else 1, dtype=torch.long,
                           device=state.text.device)
-        steps, self.shapes = 0, Counter()
-        programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * (len(self.widths) + 1)))  # `program_shapes`, at most
+        steps, self.shapes, self._stale = 0, Counter(), False
+        programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * (len(self.widths) + 1) + 1))  # `program_shapes`, bare
         with compile_scope(self.mode), programs:
             while True:
-                read = stream.read([state.done.long(), state.budget - state.produced, cache.frontier[None]] + self._wish(plan), state)
+                asked = wish_read(self, plan, state)  # adaptive: the next plan's shape, the policy's hope
+                read = stream.read([state.done.long(), state.budget - state.produced, cache.frontier[None]] + asked, state)
                 done, left, frontier, wish = read[: state.size], read[state.size : 2 * state.size], read[2 * state.size], \
                     read[2 * state.size + 1 :]
                 if all(done):
@@ -194,11 +201,11 @@ class CapturedBatchDecoder:
                     raise RuntimeError(f"no room for a step of {width} tokens after {frontier} of {self.max_length} slots")
                 run = min([self.every, room] + [-(-r // reach) for r, d in zip(left, done) if not d])
                 stream.span = min(left[0], run * reach)  # the most the (one) row keeps until the next read
-                shape = self._shape(step, nodes, wish)
+                shape = run_shape(self, step, state, plan, nodes, wish)
                 self.shapes[shape] += run
                 for _ in range(run):  # the first step eagerly: it makes the state the program reads (tables, rings)
                     program = captured_step if steps == 0 else self.program
-                    log[steps] = program(step, state, plan, *shape, step.window_cells or 0, sources)  # `plan`: the next's
+                    log[steps] = program(step, state, None if shape == BARE else plan, *shape, step.window_cells or 0, sources)
                     steps += 1
 
     def _policy(self, rows: int, sources: list) -> BatchPolicy:
@@ -207,27 +214,6 @@ class CapturedBatchDecoder:
                                   span=self.max_length)  # a surface set later (`measure`) keeps the programs' shapes
         self.policy.limit = None if self.draft_budget is None else (self.draft_budget, True)
         return self.policy
-
-    def _wish(self, plan: Plan | None) -> list[torch.Tensor]:
-        """What the read brings besides the stop flags for an adaptive decoder: the next plan's shape and,
-        when that plan was chosen within a run's width, the policy's widest choice without it."""
-        if self.policy is None:
-            return []
-        return [plan.shape] + ([self.policy.wanted] if self.policy.limit is not None else [])
-
-    def _shape(self, step: BatchStep, nodes: int, wish: list[int]) -> tuple[int, bool]:
-        """(nodes, window) of the next run's program: every node and the window (`FeedAll`), else the
-        narrowest captured width holding the plan in hand and the policy's wish (the first step of a
-        call too: it runs uncompiled, at that width). Inside a run of k > 1 steps the policy then
-        chooses within it (`BatchPolicy.limit`)."""
-        full = (nodes, step.shape is not None)
-        if self.policy is None:
-            return full
-        fit = min([w for w in self.widths if w >= max(wish[0::2])] + [nodes])  # every node when none holds it
-        shape = self._forced or (fit, any(wish[1::2]) and step.shape is not None)
-        if self.every > 1:  # the plans made inside a run: within its width (k = 1: `draft_budget`'s cap, or none)
-            self.policy.limit = shape
-        return shape
 
     def capture(self, prompts: Sequence[object]) -> float:
         """Compile now every program an adaptive decoder can run for a batch of ``len(prompts)`` rows

@@ -5,7 +5,9 @@
 ONE small tensor from the device: which rows stopped, how many nodes the next pass feeds, whether
 it feeds a window, and how far the last step moved the cache's frontier. Rows that stopped leave
 there (their text is set aside on the device); the next pass is laid out with that shape. Each
-row's statistics are logged on the device as the steps go and read once, at the end.
+row's statistics are logged on the device as the steps go and read once, at the end. Where no
+draft can pay (adaptive decoding: `ladref.batched.gate.Gate`, decided on the host from what the
+read brought), a step proposes nothing and feeds the current tokens alone.
 
 With ``steps_per_read=k`` the host reads once every k steps and the steps between read nothing:
 they feed every proposed node (and the window), the frontier moves past the most entries a step
@@ -26,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ..call import check_budget, eos_ids, prompt_ids, sync
 from ..config import check_int
@@ -35,6 +38,7 @@ from ..rows import per_row
 from ..facts import ModelFacts, check_model
 from ..runner import Runner
 from .cache import BatchCache
+from .gate import Gate
 from .runner_cache import RunnerCache
 from .source import BatchChoice, BatchSource, FeedAll, remember
 from .state import BatchState
@@ -69,6 +73,11 @@ def step_log(outcome: Outcome, cells: int, sources: int) -> torch.Tensor:
         owner = outcome.merged.drafts.source[fed.node][..., None] == torch.arange(sources, device=path.device)  # (B, w, S)
         credited, present = (owner & path[..., None]).sum(1), (owner & fed.valid[..., None]).any(1)
     return torch.cat([outcome.kept[:, None], (1 + window + fed.valid.sum(-1))[:, None], window[:, None], credited, present], dim=1)
+
+
+def bare_log(outcome: Outcome, sources: int) -> torch.Tensor:
+    """`step_log` of a bare step (`BatchStep.run_bare`): the token kept, one fed, nothing else."""
+    return F.pad(torch.stack([outcome.kept, torch.ones_like(outcome.kept)], 1), (0, 1 + 2 * sources))
 
 
 def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int | Sequence[int], options: Mapping[str, Any],
@@ -131,29 +140,33 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
 
 def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None, every: int,
          stream: RowStream) -> tuple[dict[int, tuple[float, list[int]]], list[list[list[int]]], int]:
-    """The loop: plan, read (once every `every` steps at most), step, until every row has stopped; the
-    streamer gets the row's new tokens at each read. Returns each row's (finish time, text) by its index
-    in the batch, the step log ([step][row] -> `step_log` row; none for plain steps) and the steps run."""
+    """The loop: plan (unless no draft can pay: `Gate`), read (once every `every` steps at most), step,
+    until every row has stopped; the streamer gets the row's new tokens at each read. Returns each
+    row's (finish time, text) by its index in the batch, the step log ([step][row] -> `step_log` row;
+    none without sources) and the steps run."""
     size, cells, device = state.size, step.window_cells or 0, state.text.device
     log = None if step.plain else torch.zeros(int(state.budget.max()) + every, size, 3 + 2 * sources, dtype=torch.long, device=device)
-    live, finished, steps, advance, reach = list(range(size)), {}, 0, torch.zeros(1, dtype=torch.long, device=device), 0
+    live, finished, steps, advance, reach, owed = list(range(size)), {}, 0, None, 0, False  # owed: the last step drafted
     out_text, out_length, next_read = state.text.clone(), state.length.clone(), 0
+    gate, plan = Gate(step.choice, step.deepest, step.window_cells), first
     while True:
-        plan = first if steps == 0 else None if step.plain else step.plan(state)
+        if steps:
+            plan = step.plan(state) if gate.drafting and not step.plain else None
         if steps < next_read:  # inside a run of steps: no read; every proposed node fed, the frontier past the most a step keeps
-            if plan is not None:
+            if owed:
                 step.cache.advance(reach)
-                advance, reach = _step(step, state, plan, plan.feed.shape[1], step.shape is not None, log, steps, cells, sources)
-            else:
-                step.run_plain(state)
+            owed, advance, reach = _pass(step, state, plan, None, gate, log, steps, cells, sources)
             steps += 1
             continue
-        # The read: which rows stopped, their budgets left, and (drafting) the next pass's shape and how far the frontier moved.
-        head = [state.done.long(), state.budget - state.produced] + ([] if plan is None else [plan.shape, advance])
-        read = stream.read(head, state)
-        done, left = read[: len(live)], read[len(live) : 2 * len(live)]
-        if plan is not None:
-            step.cache.advance(read[-1])
+        # The read: which rows stopped, their budgets left, how far the last step moved the frontier (if it drafted),
+        # the next pass's shape (if it drafts) and what the gate asks.
+        head = [state.done.long(), state.budget - state.produced] + ([advance] if owed else []) + ([] if plan is None else [plan.shape])
+        read = stream.read(head + gate.asks(state), state)
+        done, left, rest = read[: len(live)], read[len(live) : 2 * len(live)], read[2 * len(live) :]
+        if owed:
+            step.cache.advance(rest.pop(0))
+        shape = None if plan is None else (rest.pop(0), bool(rest.pop(0)))
+        gate.heard(rest)
         if any(done):
             leave = [i for i, d in enumerate(done) if d]
             stay = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long, device=device)
@@ -171,21 +184,34 @@ def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None, e
         # the next read comes before any row can spend its budget (a step keeps at most deepest + 1 tokens)
         next_read = steps + min([every] + [-(-r // (step.deepest + 1)) for r, d in zip(left, done) if not d])
         stream.span = min(left[0], (next_read - steps) * (step.deepest + 1))  # the most the (one) row keeps until then
-        if plan is None:
-            step.run_plain(state)
-        else:
-            advance, reach = _step(step, state, plan, int(read[-3]), bool(read[-2]), log, steps, cells, sources)
+        owed, advance, reach = _pass(step, state, plan, shape, gate, log, steps, cells, sources)
         steps += 1
     texts, lengths = out_text.tolist(), out_length.tolist()
     return {b: (t, texts[b][: lengths[b]]) for b, t in finished.items()}, ([] if log is None else log[:steps].tolist()), steps
 
 
-def _step(step: BatchStep, state: BatchState, plan: Plan, width: int, window: bool, log: torch.Tensor, steps: int, cells: int,
-          sources: int) -> tuple[torch.Tensor, int]:
-    """One drafting step, logged: returns (1,) how far it moves the frontier (on the device) and the most it can."""
-    outcome = step.run(state, plan, width, window)
-    log[steps].index_copy_(0, state.rows, step_log(outcome, cells, sources))
-    return outcome.verdict.count.max().view(1), outcome.verdict.entries.shape[1]
+def _pass(step: BatchStep, state: BatchState, plan: Plan | None, shape: tuple[int, bool] | None, gate: Gate,
+          log: torch.Tensor | None, steps: int, cells: int, sources: int) -> tuple[bool, torch.Tensor | None, int]:
+    """One step, logged: the plan's, at `shape` (read; None inside a run: every proposed node and the
+    window), or with no plan a plain one (a bare one, the sources learning, when the batch drafts);
+    then the gate decides whether the next step proposes. Returns whether the step drafted, (1,) how
+    far it moves the frontier (on the device; None: a plain step moved it) and the most it can."""
+    rows, kv = state.size, step.cache.attended
+    if plan is None:
+        if step.plain:
+            step.run_plain(state)
+        else:
+            log[steps].index_copy_(0, state.rows, bare_log(step.run_bare(state, gate.observing), sources))
+        gate.ran(1, rows, kv, False)
+        moved = False, None, 0
+    else:
+        width, window = shape if shape is not None else (plan.feed.shape[1], step.shape is not None)
+        outcome = step.run(state, plan, width, window)
+        log[steps].index_copy_(0, state.rows, step_log(outcome, cells, sources))
+        gate.ran(1 + width + cells * window, rows, kv, True)
+        moved = True, outcome.verdict.count.max().view(1), outcome.verdict.entries.shape[1]
+    gate.decide(state.size, step.cache.attended)
+    return moved
 
 
 def _results(prompts: Sequence[torch.Tensor], finished: dict, log: list, names: Sequence[str], start: float, tokenizer: Any,

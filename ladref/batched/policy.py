@@ -11,6 +11,10 @@ or not, to maximise the pass's expected tokens per second on the measured surfac
 q = 1 + window cells + b, `floor` the widest step the other rows feed for their own sake (a pass
 is as wide as its widest row: up to it, this row's tokens cost nothing). Every b and both window
 choices are priced at once, (B, 2, n + 1) rates, and each row takes its best.
+
+The prices are the host's (`ladref.batched.prices`): calibrated by the time of the passes when
+asked (`timed`), and asked before any proposing whether a draft could pay at all (`may_draft`,
+from the `hope` the loop reads with its one read): where none can, the loop's steps are bare ones.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface
 from .acceptance import Acceptance
 from .drafts import Merged
+from .prices import BatchPrices, Pass
 from .source import Outcome
 from .state import BatchState
+
+HOPE = 2**20  # the fixed point of `BatchPolicy.hope`: read with the loop's longs
 
 
 def exclusive(merged: Merged, value: torch.Tensor) -> torch.Tensor:
@@ -52,7 +59,8 @@ class BatchPolicy:
     Args:
         surface: t(q, kv, B) of this machine (`ladref.pricing.surface.CostSurface`).
         rows: B; names: the sources' names, in their slot order; depth: the deepest node.
-        settings: priors and the window's source (`PolicySettings`; calibration is not used in a batch).
+        settings: priors, the window's source and calibration (`PolicySettings`: ``calibrate`` corrects
+            the surface by the time of the passes, `timed`; off for a surface taken as it is).
         device: the model's.
         span: the widths priced, q = 1..span, whatever the surface measured (those it did not
             measure are never chosen); None: the surface's own. A captured program's tensors keep
@@ -63,22 +71,35 @@ class BatchPolicy:
                  settings: PolicySettings = PolicySettings(), device: torch.device = torch.device("cpu"),
                  span: int | None = None) -> None:
         self.surface, self.settings, self.device, self.span = surface, settings, device, span
+        self.prices = BatchPrices(surface, settings, device, span)
         source = list(names).index(settings.window_source) if settings.window_source in names else -1
         self.acceptance = Acceptance(rows, len(names), depth, settings, source, device)
         self.tokens = torch.ones(rows, dtype=torch.float64, device=device)  # tokens per step each row yields (running)
         self.own = torch.ones(rows, dtype=torch.long, device=device)  # the width each row feeds for its own sake
-        self._curve: tuple[tuple[int, int], torch.Tensor] | None = None
         self.limit: tuple[int, bool] | None = None  # (nodes, window): the most a captured program feeds (None: no limit)
         self.wanted = torch.zeros(2, dtype=torch.long, device=device)  # (2,) the widest choice without the limit, as Plan.shape
 
     def times(self, rows: int, kv: int) -> torch.Tensor:
         """(M,) float64 t(q, kv) of a pass of `rows` rows for q = 1..M (M: the widest measured, or
-        `span`, infinite where not measured)."""
-        if self._curve is None or self._curve[0] != (rows, kv):
-            curve = self.surface.at(rows).curve(kv)
-            curve = curve if self.span is None else (curve + [float("inf")] * self.span)[: self.span]
-            self._curve = ((rows, kv), torch.tensor(curve, dtype=torch.float64, device=self.device))
-        return self._curve[1]
+        `span`, infinite where not measured), corrected by the passes timed (`BatchPrices.curve`)."""
+        return self.prices.times(rows, kv)
+
+    def hope(self, state: BatchState) -> torch.Tensor:
+        """(2,) long, what `may_draft` needs from the device, for the loop's read: the most any row
+        still decoding trusts its drafts, and the most it values the window (at least the bonus),
+        each x `HOPE`, rounded up."""
+        values = torch.stack([self.acceptance.trust, self.acceptance.window_value.clamp(min=self.settings.window_bonus)])
+        return (torch.where(state.done, 0.0, values).amax(-1) * HOPE).ceil().long()
+
+    def may_draft(self, rows: int, kv: int, window_cells: int | None, hope: Sequence[int]) -> bool:
+        """Whether any row of `rows` could gain from drafting at `kv` (`hope` as read): `choose` at its
+        most hopeful, every node worth a whole token (times the best trust), the other rows yielding a
+        token each, no pass padded. False: no draft can pay, the step is a plain one, nothing proposed."""
+        return self.prices.may_draft(rows, kv, window_cells, hope[0] / HOPE, hope[1] / HOPE)
+
+    def timed(self, passes: Sequence[Pass], seconds: float) -> None:
+        """The passes since the last read ((q, rows, kv) each) took `seconds`: calibrate (`BatchPrices.timed`)."""
+        self.prices.timed(passes, seconds)
 
     def load(self, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B,) the other live rows' expected tokens, and (B,) the widest step they feed for their own sake (1: none)."""
@@ -146,11 +167,13 @@ class BatchPolicy:
         return (choice % b.shape[0], choice // b.shape[0]), probe
 
     def observe(self, state: BatchState, outcome: Outcome) -> None:
-        """Learn from a step: each row's tokens per step, and every pending node now known."""
+        """Learn from a step: each row's tokens per step, and every pending node now known (a plain
+        step, nothing proposed: no row feeds anything for its own sake)."""
         self.tokens.copy_(0.8 * self.tokens + 0.2 * outcome.verdict.count)
+        if outcome.merged.drafts.width == 0:
+            self.own.fill_(1)
         self.acceptance.observe(state.text, state.length, outcome.verdict.count)
 
     def select(self, keep: torch.Tensor) -> None:
         self.tokens, self.own = self.tokens.index_select(0, keep), self.own.index_select(0, keep)
         self.acceptance.select(keep)
-        self._curve = None

@@ -23,11 +23,14 @@ from ..config import check_int
 from ..pricing.cost import CostModel
 from ..pricing.surface import CostSurface
 from ..proposer import Proposer, check_proposers
-from .loop import step_log
+from .loop import bare_log, step_log
 from .resident import assign
 from .sources import batch_form, fixed_shape_references
 from .state import BatchState
 from .step import BatchStep, Plan
+
+
+BARE = (0, None)  # the (nodes, window) key of the bare program (`captured_step` without a plan) in `each_program`'s times
 
 
 def check_node_widths(widths: Sequence[int] | None) -> tuple[int, ...]:
@@ -65,6 +68,7 @@ def program_cost(times: dict[tuple[int, bool], float], cells: int) -> CostSurfac
     wide, q = 1 + nodes + cells x window): t(q) is the time of the cheapest program at least q wide,
     so a policy pricing a step of q tokens prices a program that can run it (a staircase, not a
     line between the programs)."""
+    times = {shape: s for shape, s in times.items() if shape != BARE}  # a bare step is priced as no draft: the (0, False) program
     if not times:
         raise ValueError("program_cost needs the time of at least one program")
     width = {1 + nodes + cells * window: s for (nodes, window), s in times.items()}
@@ -80,15 +84,16 @@ def program_cost(times: dict[tuple[int, bool], float], cells: int) -> CostSurfac
 def each_program(decoder: object, prompts: Sequence[object], new_tokens: int, first: int = 0) -> dict[tuple[int, bool], float]:
     """A `CapturedBatchDecoder`'s practice calls (`capture`, `measure`): a first call of `first` new
     tokens (none: 0), then a call of `new_tokens` at each program shape (`program_shapes`; its first
-    step uncompiled). Returns the median seconds of each shape's compiled steps; no output of
-    these calls is remembered (a source's memory of outputs is left as it was)."""
+    step uncompiled), and one of bare steps (an adaptive decoder's, `BARE`). Returns the median
+    seconds of each shape's compiled steps; no output of these calls is remembered (a source's
+    memory of outputs is left as it was)."""
     clock, times = decoder.program, {}
 
     def timed(*args: object) -> object:
         start = time.perf_counter()
         out = clock(*args)
         sync(decoder.facts.device)
-        times.setdefault(args[3:5], []).append(time.perf_counter() - start)
+        times.setdefault(args[3:5] if args[2] is not None else BARE, []).append(time.perf_counter() - start)
         return out
 
     decoder._practice = True
@@ -96,7 +101,7 @@ def each_program(decoder: object, prompts: Sequence[object], new_tokens: int, fi
         if first:
             decoder(prompts, first, eos_token_id=[])
         decoder.program = timed
-        for shape in program_shapes(decoder):
+        for shape in program_shapes(decoder) + ([BARE] if decoder.cost is not None else []):
             decoder._forced = shape
             decoder(prompts, new_tokens, eos_token_id=[])
     finally:
@@ -133,7 +138,9 @@ def captured_step(step: BatchStep, state: BatchState, plan: Plan | None, nodes: 
 
     Args:
         plan: this step's `Plan` (steps 1-2, made by the step before: its feed fits `nodes` and
-            `window`); None for greedy decoding and plain sampling.
+            `window`); None for greedy decoding and plain sampling, and for a bare step of an
+            adaptive batch where no draft can pay (`BatchStep.run_bare`: nothing fed, nothing planned:
+            `BARE`, a program of its own).
 
     Returns:
         (B, 3 + 2S) long, the step's log (`ladref.batched.loop.step_log`); (B, 1), the tokens kept, for a plain step.
@@ -142,7 +149,46 @@ def captured_step(step: BatchStep, state: BatchState, plan: Plan | None, nodes: 
         before = state.produced.clone()
         step.run_plain(state)
         return (state.produced - before)[:, None]
+    if plan is None:  # no draft can pay: the current token alone, the sources and the policy learning from it
+        return bare_log(step.run_bare(state), sources)
     outcome = step.run(state, plan, nodes, window)  # 3.-6. forward, verify, commit, learn
     log = step_log(outcome, cells, sources)
     assign(plan, step.plan(state))  # 1.-2. of the next step: propose, merge, choose
     return log
+
+
+def wish_read(decoder: object, plan: Plan | None, state: BatchState) -> list[torch.Tensor]:
+    """What a `CapturedBatchDecoder`'s read brings besides the stop flags when adaptive: the next plan's
+    shape and, when that plan was chosen within a run's width, the policy's widest choice without
+    it; last, the policy's (2,) `hope` (`ladref.batched.policy.BatchPolicy.may_draft`)."""
+    policy = decoder.policy
+    if policy is None:
+        return []
+    return [plan.shape] + ([policy.wanted] if policy.limit is not None else []) + [policy.hope(state)]
+
+
+def run_shape(decoder: object, step: BatchStep, state: BatchState, plan: Plan | None, nodes: int,
+              wish: list[int]) -> tuple[int, bool | None]:
+    """(nodes, window) of a `CapturedBatchDecoder`'s next run of steps: every node and the window
+    (`FeedAll`), else `BARE` where no draft can pay, else the narrowest captured width holding the
+    plan in hand and the policy's wish (`wish_read`; the first step of a call too: it runs
+    uncompiled, at that width), but every node for the first run after bare steps, its plan made
+    now (the one in hand is older than they are). Inside a run of k > 1 steps the policy then
+    chooses within its width (`BatchPolicy.limit`)."""
+    policy, full = decoder.policy, (nodes, step.shape is not None)
+    if policy is None:
+        return full
+    wish, hope = wish[:-2], wish[-2:]
+    if decoder._forced is not None:  # `capture`'s and `measure`'s
+        shape = decoder._forced
+    elif not policy.may_draft(state.size, step.cache.attended, step.window_cells, hope):
+        shape = BARE
+    elif decoder._stale:
+        assign(plan, step.plan(state))
+        shape = full
+    else:
+        shape = (min([w for w in decoder.widths if w >= max(wish[0::2])] + [nodes]), any(wish[1::2]) and step.shape is not None)
+    decoder._stale = shape == BARE
+    if decoder.every > 1 and shape != BARE:  # the plans made inside a run: within its width (k = 1: `draft_budget`'s cap, or none)
+        policy.limit = shape
+    return shape

@@ -102,7 +102,14 @@ def remember(sources: Sequence[object], outputs: Sequence[Sequence[int]]) -> Non
 
 class BatchChoice(Protocol):
     """What each row feeds at a step, chosen from the merged proposals (`FeedAll`; adaptive decoding's
-    `ladref.batched.policy.BatchPolicy`)."""
+    `ladref.batched.policy.BatchPolicy`).
+
+    Optionally also (`ladref.batched.gate.Gate` asks for them; `BatchPolicy` has them):
+    ``hope(state) -> (H,) long``, read with the loop's read; ``may_draft(rows, kv, window_cells,
+    hope) -> bool``, asked on the host before each later step: False skips proposing, the step is
+    bare (`ladref.batched.step.BatchStep.run_bare`); ``timed(passes, seconds)``, the passes
+    ((q, rows, kv) each) run between two reads and the seconds between those reads.
+    """
 
     def choose(self, merged: Merged, state: BatchState, window_cells: int | None, kv: int) -> tuple[torch.Tensor, torch.Tensor]:
         """((B, n) bool nodes to feed, ancestor-closed within ``merged.kept``; (B,) bool rows feeding

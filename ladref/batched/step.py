@@ -10,7 +10,10 @@
 
 No step loops over rows or reads a tensor back: the shapes come from the host (the width read in
 2, the frontier), everything else stays on the model's device. A step with nothing to draft
-(greedy decoding, plain sampling) is `run_plain`: the current tokens alone.
+(greedy decoding, plain sampling) is `run_plain`: the current tokens alone. A step of a drafting
+batch where no draft can pay (`ladref.batched.policy.BatchPolicy.may_draft`) is `run_bare`: the
+current tokens alone too, skipping 1-2, and every source still learns from it (steps 5-6), as the
+one-prompt loop's sources learn from a `ladref.step.plain_step`.
 """
 
 from __future__ import annotations
@@ -21,11 +24,23 @@ from dataclasses import dataclass
 import torch
 
 from .cache import BatchCache
-from .drafts import Drafts, Merged, ancestor_table, compact, merge
+from .drafts import Drafts, Fed, Merged, ancestor_table, compact, merge
 from .layout import WindowShape, step_inputs
 from .source import BatchChoice, BatchSource, Outcome
 from .state import BatchState
-from .verify import verify_greedy
+from .verify import Verdict, verify_greedy
+
+
+def nothing_fed(token: torch.Tensor, depth: int) -> tuple[Merged, Fed, Verdict]:
+    """The merged proposals (none), fed nodes (none) and verdict (the (B,) `token`, one a row) of a
+    step that proposed nothing (`BatchStep.run_bare`); `depth`: the deepest a node can be."""
+    rows, device = token.shape[0], token.device
+    none = torch.zeros(rows, 0, dtype=torch.long, device=device)  # (B, 0)
+    flag, pairs = none.bool(), torch.zeros(rows, 0, 0, dtype=torch.bool, device=device)  # (B, 0), (B, 0, 0)
+    drafts = Drafts(none, none[0], flag, none[0], none, True)
+    merged = Merged(drafts, torch.zeros(rows, 0, max(depth, 1), dtype=torch.long, device=device), flag, none, none, pairs)
+    zero = torch.zeros_like(token)
+    return merged, Fed(merged, none, flag, none, pairs, none), Verdict(token[:, None], zero + 1, zero[:, None], zero, flag)
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +124,24 @@ class BatchStep:
         logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)[:, 0]  # (B, V)
         state.accept_one(logits.argmax(-1) if self.sampler is None else self.sampler.sample(logits))
         self.cache.commit_one()  # the token's entry is committed where the pass wrote it
+
+    def run_bare(self, state: BatchState, observe: bool = True) -> Outcome:
+        """`run_plain` in a drafting batch, nothing proposed: every source learns from the step's
+        `Outcome` (no node, no window: the current token, its argmax and top-k, the token kept), and
+        the choice when `observe` (while proposals it made may still be pending)."""
+        ids, live = state.current[:, None].clone(), ~state.done  # (B, 1): the one token fed; the rows keeping one
+        logits = self.cache.forward(ids, state.length[:, None] - 1, None, self.first)  # (B, 1, V)
+        preds = logits.argmax(-1)
+        token = preds[:, 0] if self.sampler is None else self.sampler.sample(logits[:, 0])
+        state.accept_one(token)
+        self.cache.commit_one()
+        top = logits.topk(self.topk, dim=-1).indices if self.topk else None
+        outcome = Outcome(ids, preds, top, 1, None, *nothing_fed(token, self.deepest), live.long())
+        for source in self.sources:
+            source.learn(state, outcome, slice(0, 0))
+        if observe:
+            self.choice.observe(state, outcome)
+        return outcome
 
     def run(self, state: BatchState, plan: Plan, width: int, window: bool) -> Outcome:
         """Steps 3-6 for a plan whose shape the host has read: `width` nodes, the window or not."""
