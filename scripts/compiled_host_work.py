@@ -19,17 +19,16 @@ import torch
 from ladref import load_default_model
 from ladref.bench.datasets import encode_prompts, load_prompts
 from ladref.fast.compiled_adaptive import CompiledAdaptiveDecoder
-from ladref.pricing.policy import DraftPolicy
+from ladref.batched.policy import BatchPolicy
+from ladref.batched.sources.lookahead import BatchLookahead
+from ladref.batched.sources.lookup import BatchPromptLookup
+from ladref.batched.sources.recycling import BatchRecycling
+from ladref.batched.step import BatchStep
 from ladref.fast.static import StaticRunner
-from ladref.sources.lookahead import LookaheadProposer
-from ladref.sources.prompt_lookup import PromptLookupProposer
-from ladref.sources.recycling import RecyclingProposer
-from ladref.tree import DraftTree
 
-CLOCKED = [(StaticRunner, "forward"), (StaticRunner, "commit"), (DraftPolicy, "choose"), (DraftPolicy, "may_draft"),
-           (DraftPolicy, "_merged"), (DraftPolicy, "_search"), (DraftPolicy, "step_times"), (DraftPolicy, "timed"),
-           (DraftTree, "merge"), (DraftTree, "select"), (RecyclingProposer, "propose"), (RecyclingProposer, "learn"),
-           (PromptLookupProposer, "propose"), (LookaheadProposer, "propose")]
+CLOCKED = [(StaticRunner, "forward"), (StaticRunner, "commit"), (BatchPolicy, "choose"), (BatchPolicy, "may_draft"),
+           (BatchPolicy, "search"), (BatchPolicy, "times"), (BatchPolicy, "observe"), (BatchStep, "plan"),
+           (BatchRecycling, "propose"), (BatchRecycling, "learn"), (BatchPromptLookup, "propose"), (BatchLookahead, "propose")]
 
 
 def clock(seconds: dict[str, float]) -> None:

@@ -12,6 +12,7 @@ per method S, ms a step and tokens/s. The source of the compiled-adaptive rows i
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 import torch
@@ -20,7 +21,7 @@ from torch._dynamo.utils import counters
 from ladref import CompiledDecoder, greedy_decode, load_default_model
 from ladref.bench.agreement import first_divergence, greedy_gap_at
 from ladref.bench.datasets import encode_prompts, load_prompts
-from ladref.fast.adaptive import AdaptiveDecoder, remembering_proposers
+from ladref.fast.adaptive import remembering_proposers
 from ladref.fast.compiled_adaptive import CompiledAdaptiveDecoder
 from ladref.pricing.cost_cache import CostCache
 
@@ -55,8 +56,8 @@ def main() -> None:
         widths = tuple(int(w) for w in args.widths.split(","))
         adaptive = CompiledAdaptiveDecoder(model, max_lengths=args.max_length, widths=widths, mode=mode, cache=CostCache())
         print(f"compiled adaptive captured and measured in {adaptive.warmup():.1f} s", flush=True)
-        remembering = AdaptiveDecoder(model, cache=adaptive.cost_cache, proposers=remembering_proposers(model),
-                                      runner=adaptive.runners[0], keep_learning=True)
+        remembering = copy.copy(adaptive)  # the same compiled runners and curves, other sources
+        remembering.proposers, remembering.keep_learning = remembering_proposers(model), True
         methods["compiled adaptive"] = lambda x: adaptive(x, n, eos_token_id=[])
         methods["compiled adaptive, sources that remember"] = lambda x: remembering(x, n, eos_token_id=[])
     print(f"cudagraph_skips after capture: {counters['inductor']['cudagraph_skips']}", flush=True)

@@ -13,6 +13,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle_acceptance import ProbeTally
+from oracle_policy import DraftPolicy, Load
 from strategies import architectures, prompts, seeds, tiny_model, vocab_sizes
 from test_batch import reads_and_ops
 
@@ -25,9 +27,8 @@ from ladref.batched.sources.lookup import BatchPromptLookup
 from ladref.batched.sources.recycling import BatchRecycling
 from ladref.batched.sources.rows import RowProposers
 from ladref.batched.step import BatchStep
-from ladref.pricing.acceptance import ProbeTally
 from ladref.pricing.cost import CostModel
-from ladref.pricing.policy import DraftPolicy, Load, PolicySettings
+from ladref.pricing.policy import PolicySettings
 from ladref.pricing.surface import CostSurface
 
 pytestmark = pytest.mark.usefixtures("one_thread")
