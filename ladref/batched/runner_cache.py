@@ -33,10 +33,12 @@ class RunnerCache:
         self.runner, self.facts, self.frontier = runner, runner.facts, 0
 
     def prefill(self, prompts: Sequence[torch.Tensor], attention_backend: str) -> None:
-        """Cache the one prompt but its last token (the first step's input); the runner's kernels are its own."""
+        """Cache the one prompt but its last token (the first step's input), deferred: those tokens run
+        in the first step's pass, before its own (`ladref.runner.Runner.prefill`), one pass fewer a
+        call; the runner's kernels are its own."""
         if len(prompts) != 1:
             raise ValueError(f"a runner's cache holds one prompt, got a batch of {len(prompts)}")
-        self.runner.prefill(prompts[0], DecodeStats())
+        self.runner.prefill(prompts[0], DecodeStats(), defer=True)
         self.frontier = prompts[0].shape[0] - 1
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor | None,
