@@ -27,6 +27,12 @@
 # 5. quotes what the GPU benchmark measured, when it has been run.
 #
 # Everything runs on a CPU with a tiny random model, in float64 / float32 for exact answers.
+#
+# Where this sits: ladref has two tiers. The tutorials so far read **the reference**, one prompt,
+# eager (`ladref.step`, the proposers). **The engine** (`ladref.batched`) runs every batch as one
+# tensor program a step, and the compiled decoders are the engine too: a call is a batch of one
+# row whose cache is the constant-shape runner built below (`ladref.batched.runner_cache`), only
+# its forward pass compiled; `ladref.CapturedBatchDecoder` compiles the engine's whole step.
 
 # %%
 import warnings
@@ -150,9 +156,10 @@ print("logits of the real tokens, eager vs padded:", tuple(logits[0].shape), tup
 # ## 4. Same tokens, one compilation
 #
 # `CompiledDecoder(model, config, max_length=..., mode=None)` runs the constant-shape step without
-# compiling: the same proposer, step and verifier as `lookahead_decode` over a padding
-# `StaticRunner`, so the same tokens in the same steps. Its statistics count each step's real
-# tokens; the model computes `decoder.step_tokens` = (N-1)(W+G) of them every step.
+# compiling: the engine's step (the window and pool as tensors, the twin of `lookahead_decode`'s
+# proposer, and the same verifier) over a padding `StaticRunner`, so the same tokens in the same
+# steps. Its statistics count each step's real tokens; the model computes `decoder.step_tokens`
+# = (N-1)(W+G) of them every step.
 
 # %%
 reference = greedy_decode(tiny, prompt, 24, eos_token_id=[])
