@@ -7,11 +7,19 @@
 Every decoder has one call shape: ``decode(model, input_ids, max_new_tokens, *, ...)``, its own
 options and then the keywords every decoder shares (`ladref.options`).
 
+Two tiers. **The reference** is one prompt, eager: the step every draft decoder repeats and its
+pieces, one proposer per draft source; the tutorials, the course and the identity tests read it,
+and `greedy_decode`, `lookahead_decode`, `draft_decode`, ... run it for one prompt. **The engine**
+(`ladref.batched`) runs everything else as one tensor program a step: every batch, eager or
+captured, `adaptive_decode` at every B (one prompt a batch of one), and the compiled decoders (the
+engine over a static cache whose forward pass is compiled). Each source is written once per tier;
+its tensor twin names its reference and registers itself (`ladref.batched.forms`).
+
 Seven rooms, each importing only those before it: the core at the top (the reference step and
 its pieces), the draft sources in `ladref.sources`, what steps cost and which drafts pay in
 `ladref.pricing`, the batched engine in `ladref.batched`, the decoders you call in
-`ladref.decoders` (one prompt runs the reference, a batch the engine), the fast paths in
-`ladref.fast`, and what you run in `ladref.bench`. In reading order (the tutorials' and the docs'):
+`ladref.decoders` (one prompt runs the reference, a batch the engine), adaptive and compiled
+decoding in `ladref.fast`, and what you run in `ladref.bench`. In reading order (the tutorials' and the docs'):
 
 0. `ladref.minimal`: the whole method in one file (greedy lookahead decoding, its pieces and its
    loop), to read before the rest;
@@ -31,14 +39,16 @@ its pieces), the draft sources in `ladref.sources`, what steps cost and which dr
    ``model.generate``);
 7. the batch: `ladref.batched` (every row of a batch stepped by one tensor program: `drafts`,
    `layout`, `verify`, `cache`, `state`, `step`, `loop`; the sources' batch forms in
-   `ladref.batched.sources`; adaptive decoding on a batch in `policy` and `acceptance`; the whole
-   step captured as one compiled program over a static cache in `static` and `captured`);
+   `ladref.batched.sources`; adaptive decoding in `policy`, `acceptance`, `prices` and `gate`; the
+   whole step captured as one compiled program over a static cache in `static` and `captured`; the
+   engine over a one-prompt runner's cache in `runner_cache`);
 8. pricing and the fast paths: `ladref.pricing.timing`, `ladref.pricing.cost` (the step-cost curve),
    `ladref.pricing.cost_cache` (curves measured once per machine) and `ladref.pricing.surface` (the
    step cost of a batch, t(q, kv, B)),
    `ladref.pricing.policy` and `ladref.fast.adaptive` (drafting only what the machine affords),
-   `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.precompiled` and
-   `ladref.fast.package_record` (constant shapes over a static cache, compiled once), `ladref.fast.compiled_adaptive`;
+   `ladref.fast.static`, `ladref.pricing.compiling`, `ladref.fast.compiled`, `ladref.fast.compiled_adaptive`,
+   `ladref.fast.precompiled` and `ladref.fast.package_record` (the engine over constant-shape
+   passes of a static cache, compiled once or loaded from a package);
 9. plumbing: `ladref.facts` (the model's facts and checks), `ladref.runner` (the runners: prefill,
    forward, commit), `ladref.head` (a pass's logits, the CPU output head), `ladref.hf_internals` (the
    only module touching transformers internals), `ladref.call` (input checks, stopping rules),
