@@ -58,10 +58,7 @@ def test_a_cpu_curve_makes_it_decode_greedily_until_drafts_pay():
     fed = result.stats.forward_tokens_per_step
     assert fed[0] == 1  # no evidence yet: a draft of unknown worth does not pay for t(2) = 2.1 t(1)
     assert max(fed) > 1 and result.stats.compression > 2.0  # once drafts are known to be accepted, it feeds them
-    acceptance = decoder.policy.acceptance  # one prompt runs the engine: its `BatchPolicy`, row 0
-    _, evidence, depth, ranks = acceptance.dims
-    key = ((0 * evidence + min(3, evidence - 1)) * depth + 1) * ranks + 0  # prompt lookup after a 3-token match, depth 1, rank 0
-    learned = float(acceptance.accepted[0, key] / acceptance.reached[0, key])
+    learned = decoder.policy.rates()[("prompt_lookup", 3, 1, 0)]  # after a 3-token match (one prompt: the engine's row 0)
     assert learned > 0.8  # checked against every step's tokens, fed or not
     flat = AdaptiveDecoder(model, cost=FLAT, proposers=[PromptLookupProposer()], window=None)([1, 2, 3], 60, eos_token_id=[])
     assert flat.stats.steps <= result.stats.steps and flat.token_ids == result.token_ids

@@ -70,7 +70,7 @@ class BatchPolicy:
     def __init__(self, surface: CostSurface, rows: int, names: Sequence[str], depth: int,
                  settings: PolicySettings = PolicySettings(), device: torch.device = torch.device("cpu"),
                  span: int | None = None) -> None:
-        self.surface, self.settings, self.device, self.span = surface, settings, device, span
+        self.surface, self.settings, self.device, self.span, self.names = surface, settings, device, span, tuple(names)
         self.prices = BatchPrices(surface, settings, device, span)
         source = list(names).index(settings.window_source) if settings.window_source in names else -1
         self.acceptance = Acceptance(rows, len(names), depth, settings, source, device)
@@ -78,6 +78,15 @@ class BatchPolicy:
         self.own = torch.ones(rows, dtype=torch.long, device=device)  # the width each row feeds for its own sake
         self.limit: tuple[int, bool] | None = None  # (nodes, window): the most a captured program feeds (None: no limit)
         self.wanted = torch.zeros(2, dtype=torch.long, device=device)  # (2,) the widest choice without the limit, as Plan.shape
+
+    def rates(self, row: int = 0) -> dict[tuple[str, int, int, int], float]:
+        """What row `row` learned (one prompt: row 0): {(source, evidence, depth, sibling rank):
+        accepted / reached, the prior's pseudo-counts included} for every key some node was checked at."""
+        a, b = self.settings.prior
+        accepted, reached = self.acceptance.accepted[row].tolist(), self.acceptance.reached[row].tolist()
+        _, evidence, depth, ranks = self.acceptance.dims
+        return {(self.names[k // (evidence * depth * ranks)], k // (depth * ranks) % evidence, k // ranks % depth, k % ranks): x / n
+                for k, (x, n) in enumerate(zip(accepted, reached)) if n > b}
 
     def times(self, rows: int, kv: int) -> torch.Tensor:
         """(M,) float64 t(q, kv) of a pass of `rows` rows for q = 1..M (M: the widest measured, or
