@@ -75,14 +75,14 @@ class AdaptiveDecoder:
     """Adaptive decoding on one model, its cost measured once and its acceptance learned as it goes.
 
     Every call, one prompt or a batch, runs the batched engine (`ladref.batched.loop.decode_batch`)
-    under one policy, `ladref.batched.policy.BatchPolicy`: one prompt is a batch of one (over a
-    compiled static cache: `ladref.fast.compiled_adaptive.CompiledAdaptiveDecoder`).
+    under one policy, `ladref.batched.policy.BatchPolicy`: one prompt is a batch of one. (The same
+    engine over compiled static caches: `ladref.fast.compiled_adaptive.CompiledAdaptiveDecoder`.)
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
         cost: the cost surface t(q, kv, B) (`ladref.pricing.surface.CostSurface`), or a curve t(q, kv)
-            (`CostModel`, taken as the surface of every B); default: measured in `cache`, once: the
-            batched passes up to the call's B (`ladref.pricing.surface.cached_surface`).
+            (`CostModel`: one prompt's passes, for calls of one prompt only); default: measured in
+            `cache`, once: the batched passes up to the call's B (`ladref.pricing.surface.cached_surface`).
         cache: where to look for (and keep) a measured surface; ignored when `cost` is given.
             Default `CostCache.default()`: the user's cache file, so only the first decoder on a
             machine measures (17-30 s for SmolLM2-135M on 2 idle CPU cores); `CostCache()` keeps
@@ -187,7 +187,8 @@ def adaptive_decode(
     per second under the measured cost surface and the acceptance learned so far (`BatchPolicy`).
     In a batch of B rows each row decides for itself, pricing its step on the curve of a pass of
     B rows (`ladref.pricing.surface.CostSurface.at`): where B rows already fill the machine's compute,
-    a draft makes every pass dearer and the rows stop drafting by themselves.
+    a draft makes every pass dearer and the rows stop drafting by themselves; where no draft can pay
+    at all, a step proposes and prices nothing (`ladref.batched.gate.Gate`).
 
     Args:
         model: a transformers decoder-only model (eager or SDPA attention).
