@@ -119,22 +119,23 @@ class BatchStep:
             self.static = ancestor_table(drafts.parents[None], depth)
         return self.static.expand(rows, *self.static.shape[1:])
 
-    def run_plain(self, state: BatchState) -> None:
-        """A step with nothing to verify: each row's current token alone, its argmax (or a draw) kept."""
-        logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)[:, 0]  # (B, V)
-        state.accept_one(logits.argmax(-1) if self.sampler is None else self.sampler.sample(logits))
+    def run_plain(self, state: BatchState) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """A step with nothing to verify: each row's current token alone, its argmax (or a draw) kept.
+        Returns (B, 1, V) the pass's logits, (B, 1) their argmax (None when sampling) and (B,) the tokens kept."""
+        logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)  # (B, 1, V)
+        preds = logits.argmax(-1) if self.sampler is None else None
+        token = preds[:, 0] if preds is not None else self.sampler.sample(logits[:, 0])
+        state.accept_one(token)
         self.cache.commit_one()  # the token's entry is committed where the pass wrote it
+        return logits, preds, token
 
     def run_bare(self, state: BatchState, observe: bool = True) -> Outcome:
         """`run_plain` in a drafting batch, nothing proposed: every source learns from the step's
         `Outcome` (no node, no window: the current token, its argmax and top-k, the token kept), and
         the choice when `observe` (while proposals it made may still be pending)."""
         ids, live = state.current[:, None].clone(), ~state.done  # (B, 1): the one token fed; the rows keeping one
-        logits = self.cache.forward(ids, state.length[:, None] - 1, None, self.first)  # (B, 1, V)
-        preds = logits.argmax(-1)
-        token = preds[:, 0] if self.sampler is None else self.sampler.sample(logits[:, 0])
-        state.accept_one(token)
-        self.cache.commit_one()
+        logits, preds, token = self.run_plain(state)
+        preds = logits.argmax(-1) if preds is None else preds  # (B, 1)
         top = logits.topk(self.topk, dim=-1).indices if self.topk else None
         outcome = Outcome(ids, preds, top, 1, None, *nothing_fed(token, self.deepest), live.long())
         for source in self.sources:
