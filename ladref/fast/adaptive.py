@@ -146,16 +146,36 @@ class AdaptiveDecoder:
 
     def _batch(self, prompts: list[TokenIds], budgets: list[int], options: BatchCallOptions) -> BatchResult:
         """Every prompt through the batched engine, its rows' steps chosen together by a `BatchPolicy`."""
-        chooser_for(options)  # the sampling keywords, checked before any forward pass
-        surface, facts = self.surface_for(len(prompts)), ModelFacts.of(self.model)
-        sources = batched_sources(self.proposers, MAX_DRAFT_DEPTH, facts.vocab_size)
-        policy = BatchPolicy(surface, len(prompts), [s.name for s in sources], max(s.depth for s in sources),
-                             PolicySettings(calibrate=self.calibrate), facts.device)
-        if self.keep_learning and self.policy is not None:
-            carry(self.policy, policy)
-        self.policy = policy
-        return decode_batch(self.model, prompts, budgets, options, "adaptive", sources, policy,
-                            BatchSampler.from_options(options, facts.device), step_needs(self.proposers, MAX_DRAFT_DEPTH).reach)
+        chooser_for(options)  # the sampling keywords, checked before any forward pass (before measuring a surface, too)
+        result, self.policy = decode_adaptively(self.model, prompts, budgets, options, self.proposers, self.surface_for(len(prompts)),
+                                                self.calibrate, self.policy if self.keep_learning else None)
+        return result
+
+
+def decode_adaptively(model: torch.nn.Module, prompts: list[TokenIds], budgets: list[int], options: BatchCallOptions,
+                      proposers: Sequence[Proposer], surface: CostSurface, calibrate: bool, learned: BatchPolicy | None = None,
+                      span: int | None = None, runner: Runner | None = None) -> tuple[BatchResult, BatchPolicy]:
+    """The engine (`ladref.batched.loop.decode_batch`) under a fresh `BatchPolicy` priced on `surface`:
+    what `AdaptiveDecoder` and `ladref.fast.compiled_adaptive.CompiledAdaptiveDecoder` run.
+
+    Args:
+        proposers: the draft sources (their batch forms run); calibrate: `PolicySettings.calibrate`.
+        learned: the last call's policy, whose acceptance the new one starts from (`carry`); None: afresh.
+        span, runner: the policy's widths priced and the one-prompt runner (`decode_batch`'s), for a static cache.
+
+    Returns:
+        The batch's result, and the policy that chose its steps. (The caller checks the sampling
+        keywords first, `ladref.sampling.chooser_for`: before a surface is measured or a step compiled.)
+    """
+    facts = ModelFacts.of(model)
+    sources = batched_sources(proposers, MAX_DRAFT_DEPTH, facts.vocab_size)
+    policy = BatchPolicy(surface, len(prompts), [s.name for s in sources], max(s.depth for s in sources),
+                         PolicySettings(calibrate=calibrate), facts.device, span=span)
+    if learned is not None:
+        carry(learned, policy)
+    result = decode_batch(model, prompts, budgets, options, "adaptive", sources, policy, BatchSampler.from_options(options, facts.device),
+                          step_needs(proposers, MAX_DRAFT_DEPTH).reach, runner=runner)
+    return result, policy
 
 
 def carry(learned: BatchPolicy, fresh: BatchPolicy) -> None:

@@ -15,10 +15,7 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from ..batched.loop import decode_batch
 from ..batched.policy import BatchPolicy
-from ..batched.sample import BatchSampler
-from ..batched.sources import batched_sources
 from ..call import prompt_ids
 from ..config import check_int
 from ..facts import check_model
@@ -26,13 +23,12 @@ from ..options import CallOptions, accept
 from ..pricing.compiling import check_widths
 from ..pricing.cost import CostModel
 from ..pricing.cost_cache import CostCache
-from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface
-from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
+from ..proposer import Proposer, check_proposers
 from ..results import DecodeResult
 from ..sampling import chooser_for
 from ..types import TokenIds
-from .adaptive import carry, default_proposers, kv_lengths_for
+from .adaptive import decode_adaptively, default_proposers, kv_lengths_for
 from .compiled import resolve_mode
 from .package_record import weights_digest
 from .precompiled import COST_FILE, check_compile_dir
@@ -150,13 +146,7 @@ class CompiledAdaptiveDecoder:
         prompt = prompt_ids(self.facts, input_ids)  # checked here: its length picks the cache
         k = self.runner_for(prompt.shape[0], max_new_tokens)
         chooser_for(options)  # the sampling keywords, checked before any forward pass
-        sources = batched_sources(self.proposers, MAX_DRAFT_DEPTH, self.facts.vocab_size)
-        surface = CostSurface.of(self.costs[k].stairs(self.widths))
-        policy = BatchPolicy(surface, 1, [s.name for s in sources], max(s.depth for s in sources),
-                             PolicySettings(calibrate=self.cost is None), self.facts.device, span=self.widths[-1])
-        if self.keep_learning and self.policy is not None:
-            carry(self.policy, policy)
-        self.policy = policy
-        return decode_batch(self.model, [prompt], [max_new_tokens], options, "adaptive", sources, policy,
-                            BatchSampler.from_options(options, self.facts.device), step_needs(self.proposers, MAX_DRAFT_DEPTH).reach,
-                            runner=self.runners[k])[0]
+        result, self.policy = decode_adaptively(self.model, [prompt], [max_new_tokens], options, self.proposers,
+                                                CostSurface.of(self.costs[k].stairs(self.widths)), self.cost is None,
+                                                self.policy if self.keep_learning else None, self.widths[-1], self.runners[k])
+        return result[0]
