@@ -156,13 +156,11 @@ class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep` ((B',) long, in order)."""
-        if keep.numel() == 0:
-            self.finish(())
         self.adjacency = self.adjacency.index_select(0, keep)
 
     def finish(self, outputs: Sequence[Sequence[int]]) -> None:
-        """The call's end (or its one row's leaving): a batch of one row writes its matrix back into
-        the warm proposer it started from (`from_proposer`)."""
+        """The call's end (`ladref.batched.source.remember`): a batch of one row writes its matrix back
+        into the warm proposer it started from (`from_proposer`)."""
         if self.start is not None and self.alone and self.adjacency.shape[0] == 1:
             self.start.adjacency.copy_(self.matrix(0).to(self.start.adjacency.device))
 
