@@ -81,7 +81,8 @@ class CompiledAdaptiveDecoder:
             default each runner's own, measured through it in `cache` and calibrated as decoding goes.
 
     Attributes:
-        costs: each runner's measured curve, shortest cache first (after `warmup`).
+        costs: each runner's measured curve, shortest cache first (after `warmup`); surfaces: the
+            same padded to the runner's widths (`CostModel.stairs`), what its calls are priced on.
         policy: the last call's `BatchPolicy`.
         capture_s: seconds the compilation and the cost measurements took (`warmup`), None before it.
 
@@ -111,6 +112,7 @@ class CompiledAdaptiveDecoder:
                                      weights=weights) for m in lengths]
         self.cost_cache = CostCache.given(cache, None if directory is None else directory / COST_FILE)
         self.costs: list[CostModel] = []
+        self.surfaces: list[CostSurface] = []
         self.policy: BatchPolicy | None = None
         self.capture_s: float | None = None
 
@@ -123,6 +125,7 @@ class CompiledAdaptiveDecoder:
                 self.costs.append(self.cost or self.cost_cache.get(self.model, runner, widths=self.widths,
                                                                    kv_lengths=kv_lengths_for(self.model, runner),
                                                                    attention_backend=self.attention_backend))
+                self.surfaces.append(CostSurface.of(self.costs[-1].stairs(self.widths)))
             self.capture_s = time.perf_counter() - start
         return self.capture_s
 
@@ -147,6 +150,6 @@ class CompiledAdaptiveDecoder:
         k = self.runner_for(prompt.shape[0], max_new_tokens)
         chooser_for(options)  # the sampling keywords, checked before any forward pass
         result, self.policy = decode_adaptively(self.model, [prompt], [max_new_tokens], options, self.proposers,
-                                                CostSurface.of(self.costs[k].stairs(self.widths)), self.cost is None,
+                                                self.surfaces[k], self.cost is None,
                                                 self.policy if self.keep_learning else None, self.widths[-1], self.runners[k])
         return result[0]
