@@ -228,6 +228,6 @@ def explain(model, tokenizer, config: LookaheadConfig, prompt: torch.Tensor, rou
         print(("the probe found this machine busy, but the rounds held steady and matched the cost curve, so take "
                "this as likely, not settled: " if busy else "") + line)
     print(f"adaptive decoding: S = {adapted.stats.compression:.2f}; why it fed what it fed:")
-    print(adaptive_reasons(cost, learned[id(adapted)], [p.name for p in decoder.proposers], adapted, prompt.shape[1] + adapted.stats.new_tokens / 2))
+    print(adaptive_reasons(cost, learned[id(adapted)], adapted, prompt.shape[1] + adapted.stats.new_tokens / 2))
     print(gpu_expectation())
     return 0 if same else 1

@@ -123,15 +123,15 @@ def withheld(rounds: Rounds, disagreement: str | None, stored: Path | None) -> s
             f"on an idle machine for the times{again}.")
 
 
-def adaptive_reasons(cost: CostModel, policy: BatchPolicy, names: list[str], result: DecodeResult, kv: float) -> str:
+def adaptive_reasons(cost: CostModel, policy: BatchPolicy, result: DecodeResult, kv: float) -> str:
     """Two lines: the cost curve it weighed (at KV length `kv`, `draft_cost_line`), and the acceptance
-    `policy` learned in the call that gave `result` (row 0: one prompt; `names`: its sources'; and what it then fed)."""
+    `policy` learned in the call that gave `result` (row 0: one prompt; and what it then fed)."""
     stats, acceptance = result.stats, policy.acceptance
     sources, evidence, depth, ranks = acceptance.dims
     prior_a, prior_b = policy.settings.prior
     accepted = acceptance.accepted[0].view(sources, evidence, depth, ranks)[:, :, 1, 0] - prior_a  # first draft token, rank 0
     reached = acceptance.reached[0].view(sources, evidence, depth, ranks)[:, :, 1, 0] - prior_b
-    counts = {name: (float(a), float(n)) for name, a, n in zip(names, accepted.sum(1), reached.sum(1))}
+    counts = {name: (float(a), float(n)) for name, a, n in zip(policy.names, accepted.sum(1), reached.sum(1))}
     rates = {s: f"{s} {a / n:.0%} of {int(n)} checks" for s, (a, n) in counts.items() if n}
     drafted = sum(d > 0 for d in stats.draft_tokens_per_step)
     windowed = sum(w > 0 for w in stats.window_tokens_per_step)
