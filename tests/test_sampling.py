@@ -190,6 +190,28 @@ def test_sampling_arguments_are_validated():
         make_chooser("yes")
 
 
+def test_sampling_chooser_draws_as_the_accept_rule_with_a_point_mass():
+    """`SamplingChooser.choose` with one distinct draft d is `ladref.accept.accept_one` with q =
+    point_mass(d), draw for draw (a uniform, then a multinomial on rejection), and with none it is
+    `accept_several` with no draft (one multinomial from p): the same generator state gives the same
+    token and leaves the generators in the same state. Changing either rule alone breaks this."""
+    from ladref.accept import accept_one, accept_several, point_mass
+
+    cases = torch.Generator().manual_seed(3)
+    for i in range(400):
+        V = int(torch.randint(2, 12, (), generator=cases))
+        logits = torch.randn(V, dtype=torch.float64, generator=cases) * 3
+        warp = Warp(top_k=int(torch.randint(1, V + 1, (), generator=cases)))  # some drafts have p(d) = 0
+        d = int(torch.randint(0, V, (), generator=cases))
+        proposals = [[], [d], [d, d]][i % 3]  # a repeated draft is tried once
+        ours, theirs = torch.Generator().manual_seed(i), torch.Generator().manual_seed(i)
+        p = SamplingChooser(warp).probs([], logits)
+        token = SamplingChooser(warp, ours).choose([], logits, proposals)
+        expected = accept_one(p, point_mass(d, V), d, theirs)[0] if proposals else accept_several(p, p, [], theirs)[0]
+        assert token == expected, (i, p, proposals)
+        assert torch.equal(torch.rand(2, generator=ours), torch.rand(2, generator=theirs)), i  # the same draws made
+
+
 def test_tree_walk_with_argmax_equals_greedy_verification():
     from ladref.sampling import GreedyChooser
     from ladref.verify import verify_greedy
