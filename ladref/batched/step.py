@@ -129,11 +129,11 @@ class BatchStep:
         when sampling) and (B,) the tokens kept."""
         logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)  # (B, 1, V)
         preds = logits.argmax(-1) if self.sampler is None else None
-        scores = logits[:, 0] if self.processor is None else process(self.processor, state.text, state.length, logits[:, 0])[0]
-        if self.sampler is not None:
-            token = self.sampler.sample(scores)
+        if self.processor is None:
+            token = preds[:, 0] if preds is not None else self.sampler.sample(logits[:, 0])
         else:
-            token = preds[:, 0] if self.processor is None else scores.argmax(-1)
+            scores = process(self.processor, state.text, state.length, logits[:, 0])[0]  # (B, V)
+            token = scores.argmax(-1) if self.sampler is None else self.sampler.sample(scores)
         state.accept_one(token)
         self.cache.commit_one()  # the token's entry is committed where the pass wrote it
         return logits, preds, token
@@ -166,15 +166,15 @@ class BatchStep:
         if not self.topk:  # the positions kept: the current token, the window's newest row, the nodes
             preds = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device).index_copy_(1, keep, preds)
         top = logits.topk(self.topk, dim=-1).indices if self.topk else None  # every position kept when asked
-        root, nodes = logits[:, 0], logits[:, logits.shape[1] - width:]  # (B, V), (B, w, V)
-        if self.processor is not None:  # the sources still learn from the model's own argmax, as in the reference
-            root, nodes = process(self.processor, state.text, state.length, root, nodes, fed, self.deepest)
-        if self.sampler is not None:
-            verdict = self.sampler.verify(root, nodes, fed, length, self.deepest)
-        elif self.processor is not None:
-            verdict = verify_greedy(root.argmax(-1), nodes.argmax(-1), fed, length, self.deepest)
-        else:
+        if self.processor is not None:  # the sources still learn from the model's own argmax (preds), as in the reference
+            root, nodes = process(self.processor, state.text, state.length, logits[:, 0], logits[:, logits.shape[1] - width:],
+                                  fed, self.deepest)  # (B, V), (B, w, V)
+            verdict = self.sampler.verify(root, nodes, fed, length, self.deepest) if self.sampler is not None else \
+                verify_greedy(root.argmax(-1), nodes.argmax(-1), fed, length, self.deepest)
+        elif self.sampler is None:
             verdict = verify_greedy(preds[:, 0], preds[:, length:], fed, length, self.deepest)
+        else:
+            verdict = self.sampler.verify(logits[:, 0], logits[:, logits.shape[1] - width:], fed, length, self.deepest)
         kept = state.accept(verdict.tokens, verdict.count)
         self.cache.commit(verdict.entries, kept)  # the entries of the tokens kept: none for a stopped row, none past a cut
         outcome = Outcome(ids, preds, top, length, plan.window if window else None, plan.merged, fed, verdict, kept)
