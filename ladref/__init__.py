@@ -38,8 +38,9 @@ decoding in `ladref.fast`, and what you run in `ladref.bench`. In reading order 
    `ladref.sampling`, `ladref.decoders.sample` and `ladref.decoders.generate` (sampling; inside
    ``model.generate``);
 7. the batch: `ladref.batched` (every row of a batch stepped by one tensor program: `drafts`,
-   `layout`, `verify`, `cache`, `state`, `step`, `loop`; the sources' batch forms in
-   `ladref.batched.sources`; adaptive decoding in `policy`, `acceptance`, `prices` and `gate`; the
+   `layout`, `verify`, `cache`, `state`, `step`, `loop`; logits processors in `process`; the
+   sources' batch forms in `ladref.batched.sources`; adaptive decoding in `policy`, `acceptance`,
+   `prices` and `gate`; the
    whole step captured as one compiled program over a static cache in `static` and `captured`; the
    engine over a one-prompt runner's cache in `runner_cache`);
 8. pricing and the fast paths: `ladref.pricing.timing`, `ladref.pricing.cost` (the step-cost curve),

@@ -11,6 +11,7 @@ naming it (`accept`), as Python's own binding would be.
 | `InputOptions` | ``attention_mask`` | every decoder that takes a batch (`ladref.batched`) |
 | `OutputOptions` | ``eos_token_id``, ``tokenizer``, ``streamer`` | every decoder and decoder call |
 | `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones (the captured batch's too) |
+| `ProcessorOptions` | ``logits_processor`` | every function decoder and `AdaptiveDecoder` (eager steps); never a captured or compiled one |
 | `BackendOptions` | ``attention_backend`` | every function decoder (a decoder object takes it when built) |
 """
 
@@ -72,6 +73,20 @@ class SamplingOptions(TypedDict, total=False):
     generator: torch.Generator | None
 
 
+class ProcessorOptions(TypedDict, total=False):
+    """transformers logits processors, applied before the argmax or the sampling warp (`ladref.batched.process`).
+
+    Attributes:
+        logits_processor: a `LogitsProcessorList` (or any ``(input_ids, scores) -> scores``), applied
+            to the logits after every verified position with that position's own context (prompt,
+            kept tokens, then the drafted ones down to it): by the choosers for one prompt
+            (`ladref.sampling`), by the engine's step for a batch. A captured or compiled step runs
+            no Python inside and refuses it.
+    """
+
+    logits_processor: object | None
+
+
 class BackendOptions(TypedDict, total=False):
     """Which attention kernels the forward passes may use.
 
@@ -83,8 +98,8 @@ class BackendOptions(TypedDict, total=False):
     attention_backend: str
 
 
-class GreedyOptions(InputOptions, OutputOptions, BackendOptions, total=False):
-    """The keywords of `greedy_decode`: `InputOptions`, `OutputOptions`, `BackendOptions`."""
+class GreedyOptions(InputOptions, OutputOptions, ProcessorOptions, BackendOptions, total=False):
+    """The keywords of `greedy_decode`: `InputOptions`, `OutputOptions`, `ProcessorOptions`, `BackendOptions`."""
 
 
 class BaselineOptions(OutputOptions, BackendOptions, total=False):
@@ -96,8 +111,9 @@ class CallOptions(OutputOptions, SamplingOptions, total=False):
     `OutputOptions`, `SamplingOptions`."""
 
 
-class BatchCallOptions(InputOptions, CallOptions, total=False):
-    """The keywords of a call that takes a batch (`ladref.fast.adaptive.AdaptiveDecoder`): `InputOptions`, `CallOptions`."""
+class BatchCallOptions(InputOptions, CallOptions, ProcessorOptions, total=False):
+    """The keywords of a call that takes a batch (`ladref.fast.adaptive.AdaptiveDecoder`): `InputOptions`,
+    `CallOptions`, `ProcessorOptions`."""
 
 
 class CapturedOptions(OutputOptions, SamplingOptions, BackendOptions, total=False):
@@ -105,8 +121,8 @@ class CapturedOptions(OutputOptions, SamplingOptions, BackendOptions, total=Fals
     `SamplingOptions`, `BackendOptions`."""
 
 
-class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, BackendOptions, total=False):
-    """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions` and `BackendOptions`."""
+class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, ProcessorOptions, BackendOptions, total=False):
+    """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions`, `ProcessorOptions` and `BackendOptions`."""
 
 
 def accept(caller: str, options: Mapping[str, object], allowed: type) -> Mapping[str, object]:
@@ -114,13 +130,18 @@ def accept(caller: str, options: Mapping[str, object], allowed: type) -> Mapping
 
     Raises:
         TypeError: ``<caller>() got an unexpected keyword argument '<name>'`` (Python's own words);
-            for ``max_length``, a pointer to ``max_new_tokens`` (ladref counts new tokens only).
+            for ``max_length``, a pointer to ``max_new_tokens`` (ladref counts new tokens only); for
+            ``logits_processor``, why a captured or compiled step refuses it.
     """
     known = allowed.__required_keys__ | allowed.__optional_keys__
     for name in options:
         if name == "max_length" and name not in known:
             raise TypeError(f"{caller}() takes max_new_tokens, not max_length: ladref counts the new tokens only, "
                             "as generate()'s max_new_tokens does, never prompt + new tokens; pass max_new_tokens=<n>")
+        if name == "logits_processor" and name not in known and caller.startswith(("Captured", "Compiled")):
+            raise TypeError(f"{caller}() got an unexpected keyword argument 'logits_processor': a captured or compiled "
+                            "step runs no Python inside, so it cannot call a logits processor; decode with the eager "
+                            "decoders (lookahead_decode, adaptive_decode, ...) instead")
         if name not in known:
             raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
     return options

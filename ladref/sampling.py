@@ -153,7 +153,20 @@ def make_chooser(
     return SamplingChooser(Warp(1.0 if temperature is None else temperature, top_k, top_p), generator)
 
 
+def check_processor(processor: object) -> Processor | None:
+    """`processor` if it is None or callable as ``processor(input_ids, scores)``, else a clear TypeError."""
+    if processor is not None and not callable(processor):
+        raise TypeError(f"logits_processor must be a transformers LogitsProcessorList or a callable "
+                        f"(input_ids, scores) -> scores, got {type(processor).__name__}")
+    return processor
+
+
 def chooser_for(options: Mapping[str, Any]) -> Chooser | None:
-    """The chooser a call's sampling keywords ask for (`ladref.options.SamplingOptions`; `make_chooser`)."""
-    return make_chooser(options.get("do_sample", False), options.get("temperature"), options.get("top_k"),
-                        options.get("top_p"), options.get("generator"))
+    """The chooser a call's keywords ask for (`ladref.options.SamplingOptions`; `make_chooser`), with
+    its ``logits_processor`` (`ladref.options.ProcessorOptions`): a `GreedyChooser` when not sampling."""
+    chooser = make_chooser(options.get("do_sample", False), options.get("temperature"), options.get("top_k"),
+                           options.get("top_p"), options.get("generator"))
+    processor = check_processor(options.get("logits_processor"))
+    if processor is None:
+        return chooser
+    return GreedyChooser(processor) if chooser is None else SamplingChooser(chooser.warp, chooser.generator, processor)

@@ -221,8 +221,6 @@ def test_options_are_checked():
     assert isinstance(BatchSampler.from_options({"do_sample": True, "top_k": 3}, "cpu"), BatchSampler)
     with pytest.raises(ValueError, match="do_sample=True"):
         BatchSampler.from_options({"temperature": 0.5}, "cpu")
-    with pytest.raises(ValueError, match="processor is not supported"):
-        BatchSampler.from_options({"do_sample": True, "processor": lambda ids, scores: scores}, "cpu")
     with pytest.raises(ValueError, match="do_sample=False"):
         BatchSampler("cpu", do_sample=False)
     with pytest.raises(ValueError, match="temperature"):

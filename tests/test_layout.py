@@ -138,7 +138,8 @@ INTERNALS = "ladref.hf_internals"  # the one library module that may import anyt
 PUBLIC_TRANSFORMERS = {
     "ladref.models": {"transformers.AutoModelForCausalLM", "transformers.AutoTokenizer"},  # loading a model
     "ladref.minimal": {"transformers.DynamicCache"},  # the one-file teaching reference keeps its cache in plain sight
-    "ladref.decoders.generate": {"transformers.generation.GenerateDecoderOnlyOutput"},  # what generate() returns
+    "ladref.decoders.generate": {"transformers.generation.GenerateDecoderOnlyOutput",  # what generate() returns
+                                 "transformers.generation.EosTokenCriteria", "transformers.generation.MaxLengthCriteria"},  # its stops
     "ladref.fast.package_record": {"transformers"},  # transformers.__version__, recorded beside a compiled package
 }
 

@@ -35,6 +35,7 @@ from ..config import check_int
 from ..kernels import sdpa_backends
 from ..results import BatchResult, DecodeResult, DecodeStats
 from ..rows import per_row
+from ..sampling import Processor, check_processor
 from ..facts import ModelFacts, check_model
 from ..runner import Runner
 from .cache import BatchCache
@@ -82,7 +83,8 @@ def bare_log(outcome: Outcome, sources: int) -> torch.Tensor:
 
 def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int | Sequence[int], options: Mapping[str, Any],
                  method: str, sources: Sequence[BatchSource] = (), choice: BatchChoice | None = None,
-                 sampler: object | None = None, extent: int = 0, steps_per_read: int = 1, runner: Runner | None = None) -> BatchResult:
+                 sampler: object | None = None, extent: int = 0, steps_per_read: int = 1, runner: Runner | None = None,
+                 processor: Processor | None = None) -> BatchResult:
     """Decode every row of a batch with the batched step until each has stopped.
 
     Args:
@@ -100,6 +102,9 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         steps_per_read: k, the steps between two reads from the device (greedy verification only).
         runner: a one-prompt runner to pass through instead of a batch's own cache (`RunnerCache`:
             one row, one read a step; e.g. a `ladref.fast.static.StaticRunner` of compiled widths).
+        processor: a transformers logits processor (e.g. a `LogitsProcessorList`) applied to every row's
+            root and fed node logits with its own context before verification (`ladref.batched.process`;
+            one more read a step); None: none.
 
     Raises:
         ValueError: a streamer with a batch of several rows (and what `check_rows` refuses), before any forward pass.
@@ -123,7 +128,7 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
     cache = BatchCache(model, facts, sdpa_backends(backend, facts.device, facts.attention), len(rows)) if runner is None \
         else RunnerCache(runner)
     state = BatchState.start(rows, budgets, eos, max((s.depth for s in sources), default=0) + 1, facts.device)
-    step = BatchStep(cache, sources, FeedAll() if choice is None else choice, sampler)
+    step = BatchStep(cache, sources, FeedAll() if choice is None else choice, sampler, check_processor(processor))
     with torch.inference_mode():
         for source in sources:
             source.begin(state)

@@ -23,9 +23,6 @@ from .drafts import Fed
 from .noise import KeyedNoise
 from .verify import Verdict, path_verdict
 
-_PROCESSORS = ("processor", "logits_processor")
-
-
 def race(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """(...,) long, one draw per row of (..., V) unnormalised probabilities (argmax of q_v / E_v,
     E_v ~ Exp(1): the smallest of independent Exp(q_v) times is token v's with probability q_v / sum q).
@@ -70,14 +67,11 @@ class BatchSampler:
     @classmethod
     def from_options(cls, options: Mapping[str, Any], device: torch.device | str) -> "BatchSampler | None":
         """The sampler a call's keywords ask for (`ladref.options.SamplingOptions`); None when do_sample is False.
+        (A ``logits_processor`` is the step's, not the sampler's: `ladref.batched.loop.decode_batch` takes it.)
 
         Raises:
-            ValueError: a logits processor is given (a batch supports temperature, top-k and top-p only).
+            ValueError: a sampling keyword without do_sample (`ladref.sampling.make_chooser`).
         """
-        given = [name for name in _PROCESSORS if options.get(name) is not None]
-        if given:
-            raise ValueError(f"{given[0]} is not supported when sampling a batch; use temperature, top_k and top_p, "
-                             "or decode the rows one by one")
         if not options.get("do_sample", False):
             make_chooser(options.get("do_sample", False), options.get("temperature"), options.get("top_k"),
                          options.get("top_p"), options.get("generator"))  # refuses sampling keywords without do_sample

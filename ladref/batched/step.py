@@ -26,6 +26,7 @@ import torch
 from .cache import BatchCache
 from .drafts import Drafts, Fed, Merged, ancestor_table, compact, merge
 from .layout import WindowShape, step_inputs
+from .process import Processor, process
 from .source import BatchChoice, BatchSource, Outcome
 from .state import BatchState
 from .verify import Verdict, verify_greedy
@@ -74,11 +75,14 @@ class BatchStep:
         sources: the `BatchSource` s, their slots in this order (at least one).
         choice: what each step feeds.
         sampler: None for greedy verification, else the batch's `ladref.batched.sample.BatchSampler`.
+        processor: a transformers logits processor applied to the root's and every fed node's logits
+            before verification, each with its own context (`ladref.batched.process`); None: none.
     """
 
     def __init__(self, cache: BatchCache, sources: Sequence[BatchSource], choice: BatchChoice,
-                 sampler: object | None = None) -> None:
+                 sampler: object | None = None, processor: Processor | None = None) -> None:
         self.cache, self.sources, self.choice, self.sampler = cache, list(sources), choice, sampler
+        self.processor = processor
         self.deepest = max((s.depth for s in self.sources), default=0)
         self.topk = max((s.topk for s in self.sources), default=0)
         self.windowed = next((s for s in self.sources if s.window is not None), None)
@@ -120,11 +124,16 @@ class BatchStep:
         return self.static.expand(rows, *self.static.shape[1:])
 
     def run_plain(self, state: BatchState) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """A step with nothing to verify: each row's current token alone, its argmax (or a draw) kept.
-        Returns (B, 1, V) the pass's logits, (B, 1) their argmax (None when sampling) and (B,) the tokens kept."""
+        """A step with nothing to verify: each row's current token alone, its argmax (or a draw) kept,
+        after the processor if any. Returns (B, 1, V) the pass's logits, (B, 1) their argmax (None
+        when sampling) and (B,) the tokens kept."""
         logits = self.cache.forward(state.current[:, None], state.length[:, None] - 1, None, self.first)  # (B, 1, V)
         preds = logits.argmax(-1) if self.sampler is None else None
-        token = preds[:, 0] if preds is not None else self.sampler.sample(logits[:, 0])
+        if self.processor is None:
+            token = preds[:, 0] if preds is not None else self.sampler.sample(logits[:, 0])
+        else:
+            scores = process(self.processor, state.text, state.length, logits[:, 0])[0]  # (B, V)
+            token = scores.argmax(-1) if self.sampler is None else self.sampler.sample(scores)
         state.accept_one(token)
         self.cache.commit_one()  # the token's entry is committed where the pass wrote it
         return logits, preds, token
@@ -157,7 +166,12 @@ class BatchStep:
         if not self.topk:  # the positions kept: the current token, the window's newest row, the nodes
             preds = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device).index_copy_(1, keep, preds)
         top = logits.topk(self.topk, dim=-1).indices if self.topk else None  # every position kept when asked
-        if self.sampler is None:
+        if self.processor is not None:  # the sources still learn from the model's own argmax (preds), as in the reference
+            root, nodes = process(self.processor, state.text, state.length, logits[:, 0], logits[:, logits.shape[1] - width:],
+                                  fed, self.deepest)  # (B, V), (B, w, V)
+            verdict = self.sampler.verify(root, nodes, fed, length, self.deepest) if self.sampler is not None else \
+                verify_greedy(root.argmax(-1), nodes.argmax(-1), fed, length, self.deepest)
+        elif self.sampler is None:
             verdict = verify_greedy(preds[:, 0], preds[:, length:], fed, length, self.deepest)
         else:
             verdict = self.sampler.verify(logits[:, 0], logits[:, logits.shape[1] - width:], fed, length, self.deepest)

@@ -76,7 +76,8 @@ def decode_with_proposers(
         chooser_for(options)  # the sampling keywords, checked before any forward pass
         sampler = BatchSampler.from_options(options, ModelFacts.of(model).device)
         own = FeedAll(draft_budget) if batch_choice is None else batch_choice(len(prompts))
-        return decode_batch(model, prompts, budgets, options, method, batched_sources(proposers, extent, ModelFacts.of(model).vocab_size), own, sampler, reach)
+        return decode_batch(model, prompts, budgets, options, method, batched_sources(proposers, extent, ModelFacts.of(model).vocab_size), own, sampler, reach,
+                            processor=options.get("logits_processor"))
 
     return decode_prompts(input_ids, max_new_tokens, options, one, many)
 
@@ -111,7 +112,7 @@ def draft_decode(
             `ladref.batched.sources.rows.RowProposers`) is cut the same way; ladref's own sources
             run in their tensor forms at their own depth. 0: no drafts.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "draft"; ``stats.accepted_by_source`` tells whose drafts got accepted.

@@ -4,12 +4,17 @@ transformers 5.x calls a callable ``custom_generate`` in place of its own decodi
 prepared inputs: ``(model, input_ids, logits_processor, stopping_criteria, generation_config,
 synced_gpus, streamer, **model_kwargs)``. `lookahead_generator` returns such a callable:
 
-* ``max_new_tokens`` / ``max_length``, ``eos_token_id`` and user stopping criteria act through the
-  prepared `stopping_criteria`, checked after every accepted token, so a multi-token step stops
-  exactly where one-token-per-step decoding would;
+* the call runs the engine, a batch of one row (`ladref.batched.loop.decode_batch` with the
+  lookahead batch source), when generate's stopping criteria are its max length and EOS alone:
+  they are the engine's budget and EOS ids, cut token by token inside a step. Any other criterion
+  (a user's, a stop string, a time limit) runs the reference loop (`ladref.step.run_drafting`),
+  which checks the prepared `stopping_criteria` after every accepted token; either way a
+  multi-token step stops exactly where one-token-per-step decoding would;
 * the prepared `logits_processor` (repetition penalty, temperature, top-k, top-p, ...) is applied
-  at every verified position with that position's own prefix; with ``do_sample=True`` the tokens
-  are drawn by `ladref.sampling.SamplingChooser`, keeping generate's sampling distribution;
+  at every verified position with that position's own prefix (`ladref.batched.process` in the
+  engine, the choosers in the reference loop); with ``do_sample=True`` the tokens are drawn by
+  rejection sampling (`ladref.batched.sample.BatchSampler`, `ladref.sampling.SamplingChooser`),
+  keeping generate's sampling distribution;
 * a streamer gets the prompt, then every accepted token in order, then ``end()``. transformers
   5.x does not forward ``generate(streamer=...)`` to a callable ``custom_generate`` (it puts the
   prompt, then drops it), so give the streamer to ``lookahead_generator(streamer=...)`` instead:
@@ -20,12 +25,16 @@ Returns the (1, L + n) sequences tensor, as generate does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
-from ..call import DecodeCall, streamer_callback
+from ..batched.loop import decode_batch
+from ..batched.sample import BatchSampler
+from ..batched.sources import batched_sources
+from ..call import DecodeCall, prompt_ids, streamer_callback
 from ..config import LookaheadConfig
+from ..facts import check_model
 from ..hf_internals import CACHE_ARGS
 from ..kernels import check_attention_backend
 from ..sampling import GreedyChooser, SamplingChooser, Warp, check_generator
@@ -135,7 +144,14 @@ def lookahead_in_generate(
     # 1. Refuse what is not supported.
     check_generate_call(generation_config, synced_gpus, {} if model_kwargs is None else model_kwargs)
     head, device = input_ids[0].tolist(), input_ids.device
-    # 2. Stop token by token on generate's stopping criteria (max length and EOS among them).
+    processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+    # 2. Max length and EOS alone: the engine, one row, stops as generate does (its budget and EOS ids).
+    stops = engine_stops(stopping_criteria, generation_config.max_length, check_model(model).vocab_size)
+    if stops is not None:
+        tokens = _engine(model, input_ids, config, processor, stops, generation_config.do_sample, generator,
+                         streamer, put_prompt, attention_backend)
+        return _sequences(generation_config, head + tokens, device)
+    # 3. Any other criterion: the reference loop, stopping token by token on generate's stopping criteria.
 
     def stop(tokens: list[int]) -> bool:
         return bool(stopping_criteria(torch.tensor([head + tokens], device=device), None).all())
@@ -143,16 +159,67 @@ def lookahead_in_generate(
     options = {"eos_token_id": [], "streamer": streamer, "attention_backend": attention_backend}  # EOS: a stopping criterion
     call = DecodeCall.begin(model, input_ids, generation_config.max_length - len(head), config.step_extent(), options,
                             stop=stop, put_prompt=put_prompt)
-    # 3. The chooser: generate's processors, sampled or argmaxed (None: plain greedy verification).
-    processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+    # 4. The chooser: generate's processors, sampled or argmaxed (None: plain greedy verification); decode.
     if generation_config.do_sample:
         chooser = SamplingChooser(Warp(), generator, processor)
     else:
         chooser = GreedyChooser(processor) if processor is not None else None
-    # 4. Decode, then assemble what generate returns.
     run_drafting(call.runner, call.prompt, [LookaheadProposer(config)], call.sink, call.stats, chooser, call.position_limit)
-    result = call.finish("lookahead")
-    sequences = torch.tensor([head + result.token_ids], dtype=torch.long, device=device)
+    return _sequences(generation_config, head + call.finish("lookahead").token_ids, device)
+
+
+def engine_stops(stopping_criteria: Sequence[object], max_length: int, vocab: int) -> tuple[int, list[int]] | None:
+    """(the max length, the EOS ids in the vocabulary) when generate's criteria are only `MaxLengthCriteria`
+    and `EosTokenCriteria` (exactly those classes): the engine's budget and EOS stop a row token by
+    token as they stop generate. None for any other criterion (the reference loop checks it)."""
+    from transformers.generation import EosTokenCriteria, MaxLengthCriteria
+
+    eos: set[int] = set()
+    for criterion in stopping_criteria:
+        if type(criterion) is MaxLengthCriteria:
+            max_length = min(max_length, criterion.max_length)
+        elif type(criterion) is EosTokenCriteria:
+            eos.update(int(t) for t in torch.as_tensor(criterion.eos_token_id).flatten().tolist())
+        else:
+            return None
+    return max_length, sorted(t for t in eos if 0 <= t < vocab)  # an id outside the vocabulary is never produced
+
+
+class _AfterPrompt:
+    """A streamer that drops the engine's first ``put`` (the prompt), when generate() has sent it already."""
+
+    def __init__(self, streamer: Streamer) -> None:
+        self.streamer, self.prompt_sent = streamer, False
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.prompt_sent:
+            self.streamer.put(value)
+        self.prompt_sent = True
+
+    def end(self) -> None:
+        self.streamer.end()
+
+
+def _engine(model: torch.nn.Module, input_ids: torch.Tensor, config: LookaheadConfig, processor: Callable | None,
+            stops: tuple[int, list[int]], do_sample: bool, generator: torch.Generator | None, streamer: Streamer | None,
+            put_prompt: bool, attention_backend: str) -> list[int]:
+    """The new tokens of the (1, L) prompt, decoded by the engine as a batch of one row under generate's
+    max length and EOS (`stops`), `processor` and sampling (generate's warpers are among its processors)."""
+    facts = check_model(model)
+    if streamer is not None and not put_prompt:
+        streamer = _AfterPrompt(streamer)
+    options = {"eos_token_id": stops[1], "streamer": streamer, "attention_backend": attention_backend}
+    sampler = BatchSampler(facts.device, generator=generator) if do_sample else None
+    sources = batched_sources([LookaheadProposer(config)], config.step_extent(), facts.vocab_size)
+    prompt = prompt_ids(facts, input_ids)  # one prompt: a batch is refused as the reference loop refuses it
+    result = decode_batch(model, [prompt], [stops[0] - prompt.shape[0]], options, "lookahead", sources,
+                          sampler=sampler, extent=config.step_extent(), processor=processor)
+    return result.rows[0].token_ids
+
+
+def _sequences(generation_config: object, tokens: list[int], device: torch.device) -> object:
+    """What generate returns: the (1, L + n) sequences, or a `GenerateDecoderOnlyOutput` holding them."""
+    sequences = torch.tensor([tokens], dtype=torch.long, device=device)
     if generation_config.return_dict_in_generate:
         from transformers.generation import GenerateDecoderOnlyOutput
 

@@ -11,10 +11,11 @@ from ..results import BatchResult, DecodeResult, DecodeStats
 from ..batched.loop import decode_batch
 from ..rows import decode_prompts
 from ..runner import Runner
+from ..sampling import Chooser, chooser_for
 from ..types import Budget, Prompts, TokenIds
 
 
-def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: DecodeStats) -> None:
+def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: DecodeStats, chooser: Chooser | None = None) -> None:
     """One token per forward pass, the argmax, until `sink` is done; computed as generate() does.
 
     The whole prompt goes in one pass whose last logits give the first token (`prefill_whole`),
@@ -29,10 +30,14 @@ def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: Dec
         prompt: (L,) prompt ids.
         sink: collects the tokens and decides when to stop.
         stats: filled in place; the prompt pass counts as step 1 (it yields token 1).
+        chooser: None takes the argmax; a `ladref.sampling.GreedyChooser` the argmax after its
+            logits processor, each position's context the prompt and the tokens kept before it.
     """
     logits = runner.prefill_whole(prompt, stats)  # (V,)
+    context = prompt.tolist()
     while True:
-        current = int(logits.argmax())
+        current = int(logits.argmax()) if chooser is None else chooser.choose(context, logits, ())
+        context.append(current)
         stats.record(sink.extend([current]), 1)
         if sink.done:
             return
@@ -53,7 +58,7 @@ def greedy_decode(
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
         max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         **options: the shared keywords but sampling (`ladref.options.GreedyOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``logits_processor`` (the argmax after it), ``attention_backend``.
 
     Returns:
         `DecodeResult` with one step per generated token (S = 1); a `BatchResult` for a batch.
@@ -62,8 +67,9 @@ def greedy_decode(
 
     def one(prompt: TokenIds, new_tokens: int, options: GreedyOptions) -> DecodeResult:
         call = DecodeCall.begin(model, prompt, new_tokens, 0, options)
-        run_greedy(call.runner, call.prompt, call.sink, call.stats)
+        run_greedy(call.runner, call.prompt, call.sink, call.stats, chooser_for(options))
         return call.finish("greedy")
 
     return decode_prompts(input_ids, max_new_tokens, options, one,
-                          lambda prompts, budgets, options: decode_batch(model, prompts, budgets, options, "greedy"))
+                          lambda prompts, budgets, options: decode_batch(model, prompts, budgets, options, "greedy",
+                                                                         processor=options.get("logits_processor")))

@@ -44,7 +44,7 @@ def jacobi_decode(
         max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         block_size: m, guessed tokens per iteration (each pass feeds m + 1 tokens).
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
 
     Returns:
         `DecodeResult`; `stats.steps` is the number of Jacobi iterations.
@@ -70,7 +70,7 @@ def lookahead_decode(
         max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         config: W, N, G and pool options; default `LookaheadConfig()`.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
 
     Returns:
         `DecodeResult`; `stats.compression` is the paper's S (tokens per step).
@@ -106,7 +106,7 @@ def prompt_lookup_decode(
         memory: a `SuffixMemory` of earlier outputs, searched before each prompt and kept and grown
             by this call (a batch's rows record their outputs when the call ends); None: none.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "prompt_lookup".
@@ -139,7 +139,7 @@ def recycling_decode(
         proposer: a `RecyclingProposer` to use (and, with ``warm=True``, to keep learning across
             calls); default: a fresh one, cold, for this call.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "recycling".
@@ -193,7 +193,7 @@ def suffix_decode(
         memory: a `SuffixMemory` of earlier outputs, kept and grown by this call; None: none.
         merge_matches: grow one tree from every matched pattern, not the best pattern's tree alone.
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "suffix".

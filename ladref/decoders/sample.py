@@ -33,7 +33,7 @@ def sample_decode(
         input_ids: the prompt, (L,) or (1, L) ids or a list of ints; or a batch (`ladref.types.Prompts`).
         max_new_tokens: most tokens to generate (for a batch: one budget, or one per row).
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``temperature``, ``top_k``,
-            ``top_p``, ``generator``, ``eos_token_id``, ``tokenizer``, ``streamer``,
+            ``top_p``, ``generator``, ``logits_processor``, ``eos_token_id``, ``tokenizer``, ``streamer``,
             ``attention_backend``; ``do_sample`` is implied (False is refused).
 
     Returns:
@@ -48,14 +48,16 @@ def sample_decode(
         chooser = chooser_for({**options, "do_sample": True})
         call = DecodeCall.begin(model, prompt, new_tokens, 0, options)
         current = call.runner.prefill(call.prompt, call.stats, defer=True)  # cached in the first pass
+        context = call.prompt.tolist()  # what a logits processor sees: the prompt, then every kept token
         while not call.sink.done:
             logits = call.runner.forward(torch.tensor([current]))  # (1, V)
-            current = chooser.choose((), logits[-1], ())
+            current = chooser.choose(context, logits[-1], ())
+            context.append(current)
             call.stats.record(call.sink.extend([current]), 1)
         return call.finish("sample")
 
     def many(prompts: list[TokenIds], budgets: list[int], options: DecodeOptions) -> BatchResult:
         sampler = BatchSampler.from_options({**options, "do_sample": True}, ModelFacts.of(model).device)
-        return decode_batch(model, prompts, budgets, options, "sample", sampler=sampler)
+        return decode_batch(model, prompts, budgets, options, "sample", sampler=sampler, processor=options.get("logits_processor"))
 
     return decode_prompts(input_ids, max_new_tokens, options, one, many)

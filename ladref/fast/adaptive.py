@@ -174,7 +174,8 @@ def decode_adaptively(model: torch.nn.Module, prompts: list[TokenIds], budgets: 
     if learned is not None:
         carry(learned, policy)
     result = decode_batch(model, prompts, budgets, options, "adaptive", sources, policy, BatchSampler.from_options(options, facts.device),
-                          step_needs(proposers, MAX_DRAFT_DEPTH).reach, runner=runner)
+                          step_needs(proposers, MAX_DRAFT_DEPTH).reach, runner=runner,
+                          processor=options.get("logits_processor"))
     return result, policy
 
 
@@ -224,7 +225,7 @@ def adaptive_decode(
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
 
     Returns:
         `DecodeResult` with method "adaptive" (a `BatchResult` of them for a batch).
