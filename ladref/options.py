@@ -12,6 +12,7 @@ naming it (`accept`), as Python's own binding would be.
 | `OutputOptions` | ``eos_token_id``, ``tokenizer``, ``streamer`` | every decoder and decoder call |
 | `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones (the captured batch's too) |
 | `BackendOptions` | ``attention_backend`` | every function decoder (a decoder object takes it when built) |
+| `ForwardOptions` | ``kernels`` | every function decoder (`AdaptiveDecoder` takes it when built; the captured and compiled ones compile their own) |
 """
 
 from __future__ import annotations
@@ -83,8 +84,22 @@ class BackendOptions(TypedDict, total=False):
     attention_backend: str
 
 
-class GreedyOptions(InputOptions, OutputOptions, BackendOptions, total=False):
-    """The keywords of `greedy_decode`: `InputOptions`, `OutputOptions`, `BackendOptions`."""
+class ForwardOptions(BackendOptions, total=False):
+    """How the model's forward is computed: ladref's measured CPU choices, or exactly as transformers computes it.
+
+    Attributes:
+        kernels: "auto" (default): on a CPU, a pass of a few rows computes its linear layers as
+            W @ x^T, a pass of several rows its output head, and a pass of several tokens attends
+            with shared key/value heads (`ladref.head.forward_logits`, where measured faster);
+            "transformers": none of that, and torch's own SDPA dispatch: the model's forward exactly
+            as transformers runs it (`ladref.facts.forward_choice`).
+    """
+
+    kernels: str
+
+
+class GreedyOptions(InputOptions, OutputOptions, ForwardOptions, total=False):
+    """The keywords of `greedy_decode`: `InputOptions`, `OutputOptions`, `ForwardOptions`."""
 
 
 class BaselineOptions(OutputOptions, BackendOptions, total=False):
@@ -105,8 +120,8 @@ class CapturedOptions(OutputOptions, SamplingOptions, BackendOptions, total=Fals
     `SamplingOptions`, `BackendOptions`."""
 
 
-class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, BackendOptions, total=False):
-    """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions` and `BackendOptions`."""
+class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, ForwardOptions, total=False):
+    """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions` and `ForwardOptions` (with `BackendOptions`)."""
 
 
 def accept(caller: str, options: Mapping[str, object], allowed: type) -> Mapping[str, object]:
