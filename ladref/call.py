@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .config import check_int
-from .facts import ModelFacts, check_model
+from .facts import ModelFacts, check_model, forward_choice
 from .results import DecodeResult, DecodeStats
 from .runner import ModelRunner, Runner
 from .types import EosIds, Streamer, TokenIds, Tokenizer
@@ -241,8 +241,9 @@ class DecodeCall:
             extent: positions past the last committed token a step may touch (`check_budget`).
             options: the call's shared keywords (`ladref.options.DecodeOptions`); read here:
                 ``eos_token_id``, ``tokenizer``, ``streamer`` (gets the prompt now, unless
-                `put_prompt` is False, as generate() does) and ``attention_backend`` (the new
-                runner's kernels). The sampling keywords are the chooser's (`ladref.sampling.chooser_for`).
+                `put_prompt` is False, as generate() does), ``attention_backend`` and ``kernels``
+                (the new runner's kernels: `ladref.facts.forward_choice`). The sampling keywords
+                are the chooser's (`ladref.sampling.chooser_for`).
             runner: use this runner (a compiled decoder's static runner) instead of a new one.
             stop: an extra stopping rule for the sink (e.g. transformers' stopping criteria).
             put_prompt: send the prompt to the streamer (False: the caller already did).
@@ -250,7 +251,8 @@ class DecodeCall:
         """
         start, options = time.perf_counter(), {} if options is None else options
         if runner is None and not generate_loop:
-            runner = ModelRunner(model, options.get("attention_backend", "auto"))
+            facts, backend = forward_choice(model, options)  # ``kernels`` and ``attention_backend``
+            runner = ModelRunner(model, backend, facts)
         facts = check_model(model) if runner is None else runner.facts
         prompt = prompt_ids(facts, input_ids)
         check_budget(facts, prompt.shape[0], max_new_tokens, extent)

@@ -9,16 +9,20 @@ attention implementation, and how a pass computes its output head and linear lay
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 import torch
 
 from .hf_internals import cache_arg, unrollable_layers
+from .kernels import check_attention_backend
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # forward() arguments a step needs: the custom mask, explicit positions and a rollable KV cache
 FORWARD_ARGS = ("attention_mask", "position_ids")
+# how a pass computes the model's forward: ladref's measured CPU choices, or transformers' own (`forward_choice`)
+FORWARD_KERNELS = ("auto", "transformers")
 # model types whose logits are exactly their output head applied to the last hidden state (the last
 # of ``hidden_states``), nothing in between (no scale, no soft-capping): the families of docs/models.md
 PLAIN_HEADS = frozenset({"llama", "mistral", "qwen2", "qwen3", "gpt2", "gemma", "phi", "phi3", "olmo", "stablelm",
@@ -110,3 +114,35 @@ def check_model(model: object) -> ModelFacts:
     if facts.dtype not in FLOAT_DTYPES:
         raise ValueError(f"{name} has {facts.dtype} weights; ladref needs float16, bfloat16, float32 or float64 weights")
     return facts
+
+
+def check_kernels(kernels: object) -> str:
+    """`kernels` if it is one of `FORWARD_KERNELS`, else a TypeError / ValueError naming them."""
+    if not isinstance(kernels, str):
+        raise TypeError(f"kernels must be a str, one of {FORWARD_KERNELS}, got {type(kernels).__name__}")
+    if kernels not in FORWARD_KERNELS:
+        raise ValueError(f"unknown kernels {kernels!r}; choose one of {FORWARD_KERNELS}")
+    return kernels
+
+
+def forward_choice(model: object, options: Mapping[str, object]) -> tuple[ModelFacts, str]:
+    """The checked model's facts and the SDPA kernel choice a call's ``kernels`` and ``attention_backend`` ask for.
+
+    ``kernels="auto"`` (default) keeps ladref's measured CPU choices (`ModelFacts.own_head`,
+    ``small_linears``, ``shared_kv``: `ladref.head.forward_logits`) and ``attention_backend`` as given.
+    ``kernels="transformers"`` runs the model's forward exactly as transformers runs it: none of those
+    choices, and torch's own SDPA dispatch (``attention_backend`` "auto" becomes "torch").
+
+    Raises:
+        TypeError, ValueError: an unknown ``kernels``, or ``kernels="transformers"`` with an SDPA kernel
+            picked by ``attention_backend`` (transformers picks none); and what `check_model` refuses.
+    """
+    kernels, backend = check_kernels(options.get("kernels", "auto")), options.get("attention_backend", "auto")
+    check_attention_backend(backend)
+    facts = check_model(model)
+    if kernels == "auto":
+        return facts, backend
+    if backend not in ("auto", "torch"):
+        raise ValueError(f"kernels='transformers' runs the forward as transformers does, with torch's own SDPA dispatch; "
+                         f"attention_backend={backend!r} picks a kernel: pass one or the other")
+    return replace(facts, own_head=False, small_linears=False, shared_kv=False), "torch"

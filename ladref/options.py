@@ -13,6 +13,7 @@ naming it (`accept`), as Python's own binding would be.
 | `SamplingOptions` | ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``generator`` | every decoder but greedy's and the compiled ones (the captured batch's too) |
 | `ProcessorOptions` | ``logits_processor`` | every function decoder and `AdaptiveDecoder` (eager steps); never a captured or compiled one |
 | `BackendOptions` | ``attention_backend`` | every function decoder (a decoder object takes it when built) |
+| `ForwardOptions` | ``kernels`` | every function decoder (`AdaptiveDecoder` takes it when built; the captured and compiled ones compile their own) |
 """
 
 from __future__ import annotations
@@ -98,8 +99,22 @@ class BackendOptions(TypedDict, total=False):
     attention_backend: str
 
 
-class GreedyOptions(InputOptions, OutputOptions, ProcessorOptions, BackendOptions, total=False):
-    """The keywords of `greedy_decode`: `InputOptions`, `OutputOptions`, `ProcessorOptions`, `BackendOptions`."""
+class ForwardOptions(BackendOptions, total=False):
+    """How the model's forward is computed: ladref's measured CPU choices, or exactly as transformers computes it.
+
+    Attributes:
+        kernels: "auto" (default): on a CPU, a pass of a few rows computes its linear layers as
+            W @ x^T, a pass of several rows its output head, and a pass of several tokens attends
+            with shared key/value heads (`ladref.head.forward_logits`, where measured faster);
+            "transformers": none of that, and torch's own SDPA dispatch: the model's forward exactly
+            as transformers runs it (`ladref.facts.forward_choice`).
+    """
+
+    kernels: str
+
+
+class GreedyOptions(InputOptions, OutputOptions, ProcessorOptions, ForwardOptions, total=False):
+    """The keywords of `greedy_decode`: `InputOptions`, `OutputOptions`, `ProcessorOptions`, `ForwardOptions`."""
 
 
 class BaselineOptions(OutputOptions, BackendOptions, total=False):
@@ -121,8 +136,9 @@ class CapturedOptions(OutputOptions, SamplingOptions, BackendOptions, total=Fals
     `SamplingOptions`, `BackendOptions`."""
 
 
-class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, ProcessorOptions, BackendOptions, total=False):
-    """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions`, `ProcessorOptions` and `BackendOptions`."""
+class DecodeOptions(InputOptions, OutputOptions, SamplingOptions, ProcessorOptions, ForwardOptions, total=False):
+    """Every shared keyword: `InputOptions`, `OutputOptions`, `SamplingOptions`, `ProcessorOptions` and `ForwardOptions`
+    (with `BackendOptions`)."""
 
 
 def accept(caller: str, options: Mapping[str, object], allowed: type) -> Mapping[str, object]:

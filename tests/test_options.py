@@ -18,7 +18,7 @@ from ladref.runner import ModelRunner, Runner
 from ladref.sources.jacobi import JacobiProposer
 
 SHARED = {"eos_token_id", "tokenizer", "streamer", "do_sample", "temperature", "top_k", "top_p", "generator",
-          "logits_processor", "attention_backend", "attention_mask"}
+          "logits_processor", "attention_backend", "kernels", "attention_mask"}
 DECODERS = {  # name -> (call with one extra keyword, the options it takes)
     "greedy_decode": (lambda m, **kw: greedy_decode(m, [1, 2], 2, **kw), GreedyOptions),
     "sample_decode": (lambda m, **kw: sample_decode(m, [1, 2], 2, **kw), DecodeOptions),
@@ -38,7 +38,7 @@ def test_the_shared_keywords_are_one_list():
     keys = DecodeOptions.__required_keys__ | DecodeOptions.__optional_keys__
     assert keys == SHARED and not DecodeOptions.__required_keys__
     assert GreedyOptions.__optional_keys__ == SHARED - {"do_sample", "temperature", "top_k", "top_p", "generator"}
-    assert CallOptions.__optional_keys__ == SHARED - {"attention_backend", "attention_mask", "logits_processor"}  # compiled steps refuse it
+    assert CallOptions.__optional_keys__ == SHARED - {"attention_backend", "kernels", "attention_mask", "logits_processor"}  # compiled steps refuse it
     assert BaselineOptions.__optional_keys__ == {"eos_token_id", "tokenizer", "streamer", "attention_backend"}
     assert OutputOptions.__optional_keys__ == {"eos_token_id", "tokenizer", "streamer"}
     assert "DecodeOptions" in ladref.__all__

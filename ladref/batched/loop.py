@@ -36,7 +36,7 @@ from ..kernels import sdpa_backends
 from ..results import BatchResult, DecodeResult, DecodeStats
 from ..rows import per_row
 from ..sampling import Processor, check_processor
-from ..facts import ModelFacts, check_model
+from ..facts import ModelFacts, check_model, forward_choice
 from ..runner import Runner
 from .cache import BatchCache
 from .gate import Gate
@@ -90,7 +90,7 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
     Args:
         prompts: B prompts (each a list of ints or a (L,) / (1, L) tensor); budgets: max_new_tokens, one
             for every row or B of them.
-        options: the shared keywords (``eos_token_id``, ``tokenizer``, ``streamer``, ``attention_backend``;
+        options: the shared keywords (``eos_token_id``, ``tokenizer``, ``streamer``, ``attention_backend``, ``kernels``;
             the sampling ones are read by the caller into `sampler`). A ``streamer`` takes a batch of one
             row (`ladref.batched.stream.RowStream`): it gets the prompt, the row's new tokens at each read,
             then ``end()``; the read then also brings those tokens (a streamer costs nothing else).
@@ -110,7 +110,8 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         ValueError: a streamer with a batch of several rows (and what `check_rows` refuses), before any forward pass.
         TypeError: a streamer without ``put`` / ``end`` (and what `check_rows` refuses).
     """
-    start, facts = time.perf_counter(), check_model(model)
+    start = time.perf_counter()
+    facts, backend = forward_choice(model, options) if runner is None else (check_model(model), "auto")  # a runner's kernels are its own
     check_int("steps_per_read", steps_per_read, 1)
     if steps_per_read > 1 and sampler is not None:
         raise ValueError("steps_per_read > 1 needs greedy verification: a sampled batch reads once a step")
@@ -122,7 +123,6 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
     rows = check_rows(facts, prompts, budgets, max([extent] + [s.depth for s in sources]))
     tokenizer = options.get("tokenizer")
     eos = eos_ids(model, facts.vocab_size, options.get("eos_token_id"), tokenizer)
-    backend = options.get("attention_backend", "auto")
     if runner is not None and steps_per_read > 1:
         raise ValueError("a runner's cache commits what each step kept: it reads once a step (steps_per_read=1)")
     cache = BatchCache(model, facts, sdpa_backends(backend, facts.device, facts.attention), len(rows)) if runner is None \

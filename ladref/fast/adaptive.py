@@ -25,7 +25,7 @@ from ..options import BatchCallOptions, DecodeOptions, accept
 from ..proposer import MAX_DRAFT_DEPTH, Proposer, check_proposers, step_needs
 from ..results import BatchResult, DecodeResult
 from ..rows import decode_prompts
-from ..facts import ModelFacts
+from ..facts import ModelFacts, check_kernels
 from ..runner import Runner
 from ..sampling import chooser_for
 from ..sources.lookahead import LookaheadProposer
@@ -95,6 +95,8 @@ class AdaptiveDecoder:
             None (default): on when the cost is measured here (`cost` omitted), off for a cost
             passed in, which is then taken as it is (a synthetic one means exactly what it says).
         attention_backend: SDPA kernels (`ladref.kernels.sdpa_backends`).
+        kernels: "auto", or "transformers": every call's passes run the model exactly as transformers
+            does (`ladref.facts.forward_choice`); a measured cost is measured with ladref's own kernels.
 
     Attributes:
         policy: the last call's `ladref.batched.policy.BatchPolicy`.
@@ -104,7 +106,7 @@ class AdaptiveDecoder:
     def __init__(self, model: torch.nn.Module, *, cost: CostModel | CostSurface | None = None, cache: CostCache | None = None,
                  proposers: Sequence[Proposer] | None = None, window: LookaheadConfig | None = DEFAULT_WINDOW,
                  keep_learning: bool = False, calibrate: bool | None = None, attention_backend: str = "auto",
-                 **retired: object) -> None:
+                 kernels: str = "auto", **retired: object) -> None:
         if "runner" in retired:
             raise TypeError("AdaptiveDecoder takes no runner: every call runs the batched engine; for compiled steps over "
                             "static caches use CompiledAdaptiveDecoder(model, max_lengths=...)")
@@ -112,7 +114,7 @@ class AdaptiveDecoder:
             raise TypeError(f"AdaptiveDecoder() got an unexpected keyword argument {next(iter(retired))!r}")
         if cost is not None and not isinstance(cost, (CostModel, CostSurface)):
             raise TypeError(f"cost must be a CostModel or a CostSurface, got {type(cost).__name__}")
-        self.model, self.attention_backend = model, attention_backend
+        self.model, self.attention_backend, self.kernels = model, attention_backend, check_kernels(kernels)
         self.proposers = check_proposers(list(proposers) if proposers is not None else default_proposers(model, window))
         self.calibrate = cost is None if calibrate is None else bool(calibrate)
         if cache is not None:
@@ -140,7 +142,8 @@ class AdaptiveDecoder:
 
     def __call__(self, input_ids: Prompts, max_new_tokens: Budget = 64, **options: Unpack[BatchCallOptions]) -> DecodeResult | BatchResult:
         """Decode one prompt, or a batch (arguments as `adaptive_decode`; the attention backend is the decoder's)."""
-        options = {**accept("AdaptiveDecoder.__call__", options, BatchCallOptions), "attention_backend": self.attention_backend}
+        options = {**accept("AdaptiveDecoder.__call__", options, BatchCallOptions), "attention_backend": self.attention_backend,
+                   "kernels": self.kernels}
         return decode_prompts(input_ids, max_new_tokens, options, lambda prompt, budget, opts: self._batch([prompt], [budget], opts)[0],
                               self._batch)
 
@@ -225,12 +228,14 @@ def adaptive_decode(
         proposers: the draft sources; default `default_proposers(model, window)`.
         window: the lookahead window and pool of the default proposers (None: no window).
         **options: the shared keywords (`ladref.options.DecodeOptions`): ``eos_token_id``,
-            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``.
+            ``tokenizer``, ``streamer``, ``do_sample`` and its settings, ``logits_processor``, ``attention_backend``,
+            ``kernels``.
 
     Returns:
         `DecodeResult` with method "adaptive" (a `BatchResult` of them for a batch).
     """
     options = dict(accept("adaptive_decode", options, DecodeOptions))
-    backend = options.pop("attention_backend", "auto")  # the decoder's, for every call
-    decoder = AdaptiveDecoder(model, cost=cost, cache=cache, proposers=proposers, window=window, attention_backend=backend)
+    backend, kernels = options.pop("attention_backend", "auto"), options.pop("kernels", "auto")  # the decoder's, for every call
+    decoder = AdaptiveDecoder(model, cost=cost, cache=cache, proposers=proposers, window=window, attention_backend=backend,
+                              kernels=kernels)
     return decoder(input_ids, max_new_tokens, **options)
