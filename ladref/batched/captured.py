@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from ..call import eos_ids, sync
+from ..call import eos_ids
 from ..config import check_int
 from ..kernels import sdpa_backends
 from ..options import CapturedOptions, accept
@@ -158,13 +158,10 @@ class CapturedBatchDecoder:
             with compile_scope(self.mode), torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.widths) + 3)):
                 entries, steps = run_batch(CapturedDriver(self, step, plan, nodes, width, len(sources)), step, state, stream,
                                            len(sources))  # the recompile limit: `program_shapes` and the bare program
-        stream.end()
-        sync(self.facts.device)
-        names = [s.name for s in sources]
         finished = {b: (time.perf_counter(), t) for b, t in enumerate(state.texts())}
         method = "captured_sample" if sampler is not None and not self.proposers else self.method
-        result = batch_result(rows, finished, entries, names, start, options.get("tokenizer"), method,
-                          steps + any(len(r) > 1 for r in rows))
+        result = batch_result(rows, finished, entries, [s.name for s in sources], start, options.get("tokenizer"), method,
+                              steps + any(len(r) > 1 for r in rows))
         if not self._practice:  # a memory of outputs (prompt lookup's) grows by a call's, not by `capture`'s or `measure`'s
             remember(sources, [row.token_ids for row in result])
         return result

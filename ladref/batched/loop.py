@@ -129,8 +129,6 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         cache.prefill(rows, backend)
         driver = EagerDriver(step, state, first, steps_per_read, len(sources))
         log, passes = run_batch(driver, step, state, stream, len(sources))
-    stream.end()
-    sync(facts.device)
     result = batch_result(rows, driver.finished, log, [s.name for s in sources], start, tokenizer, method, passes + any(len(r) > 1 for r in rows))
     remember(sources, [row.token_ids for row in result])
     return result
@@ -154,7 +152,8 @@ def run_batch(driver: Driver, step: BatchStep, state: BatchState, stream: RowStr
     """The one loop of a batch, eager or captured: ONE read, then a run of steps (`within`: all but its
     first), until every row has stopped. A run ends before any row can spend its budget (a step keeps
     at most deepest + 1 tokens), so only an EOS leaves a row idle in one. Returns the step log
-    ([step][row] -> `step_log` row; none without sources), read once at the end, and the steps run."""
+    ([step][row] -> `step_log` row; none without sources), read once at the end (the streamer ended),
+    and the steps run."""
     reach, steps, size = step.deepest + 1, 0, int(state.budget.max()) + driver.every
     log = None if step.plain else torch.zeros(size, state.size, 3 + 2 * sources, dtype=torch.long, device=state.text.device)
     while True:
@@ -163,6 +162,8 @@ def run_batch(driver: Driver, step: BatchStep, state: BatchState, stream: RowStr
         done, left = read[:rows], read[rows : 2 * rows]
         room = driver.heard(state, done, read[2 * rows :])
         if not room:
+            stream.end()
+            sync(state.text.device)
             return ([] if log is None else log[:steps].tolist()), steps
         run = min([room] + [-(-r // reach) for r, d in zip(left, done) if not d])
         stream.span = min(left[0], run * reach)  # the most the (one) row keeps until the next read
@@ -197,8 +198,7 @@ class EagerDriver:
         self.shape = None if self.plan is None else (rest.pop(0), bool(rest.pop(0)))
         self.gate.heard(rest)
         if any(done):
-            device = self.text.device
-            gone = torch.tensor([i for i, d in enumerate(done) if d], dtype=torch.long, device=device)
+            gone = torch.tensor([i for i, d in enumerate(done) if d], dtype=torch.long, device=self.text.device)
             self.text.index_copy_(0, state.rows[gone], state.text[gone])
             self.length.index_copy_(0, state.rows[gone], state.length[gone])
             self.times.update({row: time.perf_counter() for row, d in zip(self.live, done) if d})
@@ -207,7 +207,7 @@ class EagerDriver:
                 texts, lengths = self.text.tolist(), self.length.tolist()
                 self.finished = {b: (t, texts[b][: lengths[b]]) for b, t in self.times.items()}
                 return 0
-            stay = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long, device=device)
+            stay = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long, device=self.text.device)
             state.select(stay)
             self.step.select(stay)
             self.plan = None if self.plan is None else self.plan.select(stay)
