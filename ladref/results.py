@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .tree import DraftTree
@@ -197,3 +198,29 @@ class BatchResult:
 
     def __repr__(self) -> str:
         return f"BatchResult({self.summary()})"
+
+
+def batch_result(prompts: Sequence[Any], finished: dict, log: list, names: Sequence[str], start: float, tokenizer: Any, method: str,
+                 passes: int) -> BatchResult:
+    """A batch's `BatchResult`, each row's from its text and its rows of the engine's step log
+    (`ladref.batched.loop.step_log`); prompts: (L,) tensors; finished: {row: (finish time, text)}; `passes`: the batch's."""
+    results = []
+    for b, prompt in enumerate(prompts):
+        end, text = finished[b]
+        stats = DecodeStats(prefill_tokens=prompt.shape[0] - 1, wall_time_s=end - start)
+        # a row's steps: those in which it kept a token (a stopped row inside a run of steps keeps none)
+        entries = [logged[b] for logged in log if logged[b][0] > 0] if log else [(1, 1, 0)] * (len(text) - prompt.shape[0])
+        for entry in entries:
+            kept, fed, window = entry[:3]
+            stats.record(kept, fed, window)
+            step: dict[str, list[int]] = {}  # sources of one name count as one (a tree's nodes are named)
+            for source, credited, present in zip(names, entry[3 : 3 + len(names)], entry[3 + len(names):]):
+                seen = step.setdefault(source, [0, 0])
+                seen[0], seen[1] = seen[0] + credited, seen[1] or present
+            for source, (credited, present) in step.items():
+                if present:
+                    stats.accepted_by_source.setdefault(source, Counter())[credited] += 1
+        tokens = text[prompt.shape[0]:]
+        results.append(DecodeResult(tokens, tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
+                                    stats, method))
+    return BatchResult(results, passes)

@@ -2,8 +2,9 @@
 
 `ladref.batched.loop.decode_batch` reads the next pass's shape from the device before every pass
 (or every k passes) and lets finished rows leave, so its shapes change. A captured step can do
-neither. `CapturedBatchDecoder` runs the same step (`ladref.batched.step.BatchStep`) with every
-shape fixed:
+neither. `CapturedBatchDecoder` runs the same step (`ladref.batched.step.BatchStep`) in the same
+loop (`ladref.batched.loop.run_batch`, driven by `ladref.batched.program.CapturedDriver`) with
+every shape fixed:
 
 * every proposed node and the window are fed at every step (`FeedAll`), so Q, the pass's width, is
   known before the first step; the sources kept are those whose drafts keep one shape (prompt
@@ -35,28 +36,27 @@ from collections.abc import Sequence
 import torch
 from typing_extensions import Unpack
 
-from ..call import eos_ids, sync
+from ..call import eos_ids
 from ..config import check_int
 from ..kernels import sdpa_backends
 from ..options import CapturedOptions, accept
 from ..proposer import Proposer, step_needs
-from ..results import BatchResult
+from ..results import BatchResult, batch_result
 from ..rows import per_row
 from ..facts import check_model
 from ..pricing.compiling import check_mode, compile_own, compile_scope
 from ..pricing.policy import PolicySettings
 from ..pricing.surface import CostSurface
-from .loop import _results, check_rows
+from .loop import check_rows, run_batch
 from .policy import BatchPolicy
-from .program import BARE, captured_step, check_fits, check_node_widths, check_settings, each_program, program_cost, run_shape
-from .program import wish_read
+from .program import CapturedDriver, captured_step, check_fits, check_node_widths, check_settings, each_program, program_cost
 from .resident import Resident
 from .sample import KeyedSampler
 from .source import FeedAll, remember
 from .sources import batched_sources
 from .state import BatchState
 from .static import StaticBatchCache
-from .step import BatchStep, Plan
+from .step import BatchStep
 from .stream import RowStream
 
 
@@ -112,7 +112,6 @@ class CapturedBatchDecoder:
         self.compactions = 0  # times the slots ran short and every row's were packed to the front (`StaticBatchCache.compact`)
         self.policy: BatchPolicy | None = None  # the last adaptive call's
         self._forced: tuple[int, bool | None] | None = None  # `capture`'s and `measure`'s shape for every step of a call
-        self._stale = False  # the plan in hand was made before bare steps
         self._practice = False  # inside `capture` or `measure` (`each_program`): their calls' outputs are not remembered
 
     @property
@@ -155,15 +154,14 @@ class CapturedBatchDecoder:
             stream = RowStream(options.get("streamer"), rows)  # sends the prompt
             cache.prefill(rows, options.get("attention_backend", "auto"))
             self.resident.settle(len(rows), state=state, step=step, plan=plan)  # the batch size's tensors, this call's values
-            log, steps = self._run(step, state, plan, nodes, width, len(sources), stream)
-        stream.end()
-        sync(self.facts.device)
-        names = [s.name for s in sources]
+            self.shapes = Counter()
+            with compile_scope(self.mode), torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.widths) + 3)):
+                entries, steps = run_batch(CapturedDriver(self, step, plan, nodes, width, len(sources)), step, state, stream,
+                                           len(sources))  # the recompile limit: `program_shapes` and the bare program
         finished = {b: (time.perf_counter(), t) for b, t in enumerate(state.texts())}
-        entries = log[:steps].tolist() if sources else []
         method = "captured_sample" if sampler is not None and not self.proposers else self.method
-        result = _results(rows, finished, entries, names, start, options.get("tokenizer"), method,
-                          steps + any(len(r) > 1 for r in rows))
+        result = batch_result(rows, finished, entries, [s.name for s in sources], start, options.get("tokenizer"), method,
+                              steps + any(len(r) > 1 for r in rows))
         if not self._practice:  # a memory of outputs (prompt lookup's) grows by a call's, not by `capture`'s or `measure`'s
             remember(sources, [row.token_ids for row in result])
         return result
@@ -174,39 +172,6 @@ class CapturedBatchDecoder:
             kernels = sdpa_backends(backend, self.facts.device, self.facts.attention)
             self.caches[rows] = StaticBatchCache(self.model, self.facts, kernels, rows, self.max_length)
         return self.caches[rows]
-
-    def _run(self, step: BatchStep, state: BatchState, plan: Plan | None, nodes: int, width: int, sources: int,
-             stream: RowStream) -> tuple[torch.Tensor, int]:
-        """Runs of captured steps, ONE read between two runs (the streamer's tokens with it); returns the step
-        log and the steps run. `plan`: the first step's, made eagerly; each step makes the next one's."""
-        cache, reach = step.cache, step.deepest + 1  # the most a step moves the frontier
-        log = torch.zeros(int(state.budget.max()) + self.every, state.size, 3 + 2 * sources if sources else 1, dtype=torch.long,
-                          device=state.text.device)
-        steps, self.shapes, self._stale = 0, Counter(), False
-        programs = torch._dynamo.config.patch(recompile_limit=max(8, 2 * (len(self.widths) + 1) + 1))  # `program_shapes`, bare
-        with compile_scope(self.mode), programs:
-            while True:
-                asked = wish_read(self, plan, state)  # adaptive: the next plan's shape, the policy's hope
-                read = stream.read([state.done.long(), state.budget - state.produced, cache.frontier[None]] + asked, state)
-                done, left, frontier, wish = read[: state.size], read[state.size : 2 * state.size], read[2 * state.size], \
-                    read[2 * state.size + 1 :]
-                if all(done):
-                    return log, steps
-                if frontier + width > self.max_length:  # no room for one more step: pack every row's slots to the front
-                    cache.compact()
-                    self.compactions += 1
-                    frontier = int(cache.frontier)
-                room = (self.max_length - width - frontier) // reach + 1
-                if room < 1:  # cannot happen when the call's check passed: a row holds at most prompt + budget slots
-                    raise RuntimeError(f"no room for a step of {width} tokens after {frontier} of {self.max_length} slots")
-                run = min([self.every, room] + [-(-r // reach) for r, d in zip(left, done) if not d])
-                stream.span = min(left[0], run * reach)  # the most the (one) row keeps until the next read
-                shape = run_shape(self, step, state, plan, nodes, wish)
-                self.shapes[shape] += run
-                for _ in range(run):  # the first step eagerly: it makes the state the program reads (tables, rings)
-                    program = captured_step if steps == 0 else self.program
-                    log[steps] = program(step, state, None if shape == BARE else plan, *shape, step.window_cells or 0, sources)
-                    steps += 1
 
     def _policy(self, rows: int, sources: list) -> BatchPolicy:
         """A call's adaptive choice (`BatchPolicy`) for B = `rows`, never feeding more than `draft_budget` nodes."""

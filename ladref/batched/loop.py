@@ -1,31 +1,28 @@
-"""Decoding a batch: the loop that repeats the batched step, its one read a step, and the rows' results.
+"""Decoding a batch: the one loop of every batch, eager or captured, and its eager driver.
 
-`decode_batch` checks every row before any forward pass, caches the prompts, then repeats
-`ladref.batched.step.BatchStep` until every row has stopped. Between two passes the host reads
-ONE small tensor from the device: which rows stopped, how many nodes the next pass feeds, whether
-it feeds a window, and how far the last step moved the cache's frontier. Rows that stopped leave
-there (their text is set aside on the device); the next pass is laid out with that shape. Each
-row's statistics are logged on the device as the steps go and read once, at the end. Where no
-draft can pay (adaptive decoding: `ladref.batched.gate.Gate`, decided on the host from what the
-read brought), a step proposes nothing and feeds the current tokens alone.
+`run_batch` is the loop of `decode_batch` and of `ladref.batched.captured.CapturedBatchDecoder`:
+ONE small read from the device (every row's stop flag and budget left, what its `Driver` asks,
+a streamer's tokens: `ladref.batched.stream.RowStream`), then a run of at most k steps
+(``steps_per_read``) that ends before any row can spend its budget, until every row has stopped;
+each step's log row (`step_log`) is kept on the device and read once, at the end. The driver
+holds what differs: how a pass's shape is fixed, whether rows that stopped leave, whether the
+cache is packed, and what runs a step (`EagerDriver` here, `ladref.batched.program.CapturedDriver`).
 
-With ``steps_per_read=k`` the host reads once every k steps and the steps between read nothing:
-they feed every proposed node (and the window), the frontier moves past the most entries a step
-can keep, and a row that stops inside the run keeps nothing more until the read drops it (the
-shape of a run of steps captured as one program). A run ends before any row can reach its budget
-(each read brings the budgets left), so only an EOS can leave a row idle in a run. The tokens are
-the same as with one read a step.
-
-A batch of one row may have a streamer (`ladref.batched.stream.RowStream`): the same read then also
-brings the row's length and its new tokens, and the streamer gets them at each read.
+`decode_batch` checks every row before any forward pass, caches the prompts, and runs its
+`EagerDriver`: the read also brings how many nodes the next pass feeds, whether it feeds a window,
+and how far the last step moved the cache's frontier. Rows that stopped leave there (their text
+set aside on the device); the next pass is laid out with that shape. Where no draft can pay
+(adaptive decoding: `ladref.batched.gate.Gate`, decided on the host from the read), a step feeds
+the current tokens alone. Inside a run of k > 1 steps nothing is read: a step feeds every proposed
+node (and the window), the frontier moves past the most entries a step can keep, and a row that
+stops keeps nothing more until the read drops it. The tokens are those of one read a step.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +30,7 @@ import torch.nn.functional as F
 from ..call import check_budget, eos_ids, prompt_ids, sync
 from ..config import check_int
 from ..kernels import sdpa_backends
-from ..results import BatchResult, DecodeResult, DecodeStats
+from ..results import BatchResult, batch_result
 from ..rows import per_row
 from ..sampling import Processor, check_processor
 from ..facts import ModelFacts, check_model, forward_choice
@@ -135,110 +132,113 @@ def decode_batch(model: torch.nn.Module, prompts: Sequence[object], budgets: int
         first = None if step.plain else step.plan(state)  # the first drafts, checked before any forward pass
         stream = RowStream(options.get("streamer"), rows)  # sends the prompt
         cache.prefill(rows, backend)
-        finished, log, passes = _run(step, state, len(sources), first, steps_per_read, stream)
-    stream.end()
-    sync(facts.device)
-    result = _results(rows, finished, log, [s.name for s in sources], start, tokenizer, method, passes + any(len(r) > 1 for r in rows))
+        driver = EagerDriver(step, state, first, steps_per_read, len(sources))
+        log, passes = run_batch(driver, step, state, stream, len(sources))
+    result = batch_result(rows, driver.finished, log, [s.name for s in sources], start, tokenizer, method, passes + any(len(r) > 1 for r in rows))
     remember(sources, [row.token_ids for row in result])
     return result
 
 
-def _run(step: BatchStep, state: BatchState, sources: int, first: Plan | None, every: int,
-         stream: RowStream) -> tuple[dict[int, tuple[float, list[int]]], list[list[list[int]]], int]:
-    """The loop: plan (unless no draft can pay: `Gate`), read (once every `every` steps at most), step,
-    until every row has stopped; the streamer gets the row's new tokens at each read. Returns each
-    row's (finish time, text) by its index in the batch, the step log ([step][row] -> `step_log` row;
-    none without sources) and the steps run."""
-    size, cells, device = state.size, step.window_cells or 0, state.text.device
-    log = None if step.plain else torch.zeros(int(state.budget.max()) + every, size, 3 + 2 * sources, dtype=torch.long, device=device)
-    live, finished, steps, advance, reach, owed = list(range(size)), {}, 0, None, 0, False  # owed: the last step drafted
-    out_text, out_length, next_read = state.text.clone(), state.length.clone(), 0
-    gate, plan = Gate(step.choice, step.deepest, step.window_cells), first
+class Driver(Protocol):
+    """What differs between the eager batch (`EagerDriver`) and the captured one
+    (`ladref.batched.program.CapturedDriver`) in `run_batch`: the read's part past the stop flags
+    and budgets left (`asks`), what follows from it (`heard`: the most steps until the next read, at
+    most `every`, k; 0 when every row has stopped), and a step (`run_step`: its `step_log`, or None)."""
+
+    every: int
+
+    def asks(self, state: BatchState) -> list[torch.Tensor]: ...
+    def heard(self, state: BatchState, done: list[int], rest: list[int]) -> int: ...
+    def run_step(self, state: BatchState, steps: int, within: bool) -> torch.Tensor | None: ...
+
+
+def run_batch(driver: Driver, step: BatchStep, state: BatchState, stream: RowStream,
+              sources: int) -> tuple[list[list[list[int]]], int]:
+    """The one loop of a batch, eager or captured: ONE read, then a run of steps (`within`: all but its
+    first), until every row has stopped. A run ends before any row can spend its budget (a step keeps
+    at most deepest + 1 tokens), so only an EOS leaves a row idle in one. Returns the step log
+    ([step][row] -> `step_log` row; none without sources), read once at the end (the streamer ended),
+    and the steps run."""
+    reach, steps, size = step.deepest + 1, 0, int(state.budget.max()) + driver.every
+    log = None if step.plain else torch.zeros(size, state.size, 3 + 2 * sources, dtype=torch.long, device=state.text.device)
     while True:
-        if steps:
-            plan = step.plan(state) if gate.drafting and not step.plain else None
-        if steps < next_read:  # inside a run of steps: no read; every proposed node fed, the frontier past the most a step keeps
-            if owed:
-                step.cache.advance(reach)
-            owed, advance, reach = _pass(step, state, plan, None, gate, log, steps, cells, sources)
+        rows = state.size
+        read = stream.read([state.done.long(), state.budget - state.produced] + driver.asks(state), state)
+        done, left = read[:rows], read[rows : 2 * rows]
+        room = driver.heard(state, done, read[2 * rows :])
+        if not room:
+            stream.end()
+            sync(state.text.device)
+            return ([] if log is None else log[:steps].tolist()), steps
+        run = min([room] + [-(-r // reach) for r, d in zip(left, done) if not d])
+        stream.span = min(left[0], run * reach)  # the most the (one) row keeps until the next read
+        for within in [False] + [True] * (run - 1):
+            logged = driver.run_step(state, steps, within)
+            if logged is not None:
+                log[steps].index_copy_(0, state.rows, logged)
             steps += 1
-            continue
-        # The read: which rows stopped, their budgets left, how far the last step moved the frontier (if it drafted),
-        # the next pass's shape (if it drafts) and what the gate asks.
-        head = [state.done.long(), state.budget - state.produced] + ([advance] if owed else []) + ([] if plan is None else [plan.shape])
-        read = stream.read(head + gate.asks(state), state)
-        done, left, rest = read[: len(live)], read[len(live) : 2 * len(live)], read[2 * len(live) :]
-        if owed:
-            step.cache.advance(rest.pop(0))
-        shape = None if plan is None else (rest.pop(0), bool(rest.pop(0)))
-        gate.heard(rest)
+
+
+class EagerDriver:
+    """`decode_batch`'s `Driver`: the next pass's shape read (inside a run of steps: every proposed
+    node and the window, the frontier moved past the most a step keeps), rows that stopped leave at
+    the read (their text set aside, in `finished`: (time, text) by row), and the `Gate` decides bare
+    steps. `first`: the first step's plan (None: plain); `every`: k; `sources`: S."""
+
+    def __init__(self, step: BatchStep, state: BatchState, first: Plan | None, every: int, sources: int) -> None:
+        self.step, self.plan, self.every, self.sources, self.cells = step, first, every, sources, step.window_cells or 0
+        self.gate = Gate(step.choice, step.deepest, step.window_cells)
+        self.live, self.times, self.finished = list(range(state.size)), {}, {}
+        self.text, self.length = state.text.clone(), state.length.clone()
+        self.owed, self.advance, self.reach, self.shape = False, None, 0, None  # owed: the last step drafted
+
+    def asks(self, state: BatchState) -> list[torch.Tensor]:
+        """How far the last step moved the frontier (if it drafted), the next pass's shape (if it drafts), the gate's asks."""
+        return ([self.advance] if self.owed else []) + ([] if self.plan is None else [self.plan.shape]) + self.gate.asks(state)
+
+    def heard(self, state: BatchState, done: list[int], rest: list[int]) -> int:
+        """The frontier moved, the shape kept, the gate told; the rows that stopped leave."""
+        if self.owed:
+            self.step.cache.advance(rest.pop(0))
+        self.shape = None if self.plan is None else (rest.pop(0), bool(rest.pop(0)))
+        self.gate.heard(rest)
         if any(done):
-            leave = [i for i, d in enumerate(done) if d]
-            stay = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long, device=device)
-            gone = torch.tensor(leave, dtype=torch.long, device=device)
-            out_text.index_copy_(0, state.rows[gone], state.text[gone])
-            out_length.index_copy_(0, state.rows[gone], state.length[gone])
-            for i in leave:
-                finished[live[i]] = time.perf_counter()
-            live = [row for row, d in zip(live, done) if not d]
-            if not live:
-                break
+            gone = torch.tensor([i for i, d in enumerate(done) if d], dtype=torch.long, device=self.text.device)
+            self.text.index_copy_(0, state.rows[gone], state.text[gone])
+            self.length.index_copy_(0, state.rows[gone], state.length[gone])
+            self.times.update({row: time.perf_counter() for row, d in zip(self.live, done) if d})
+            self.live = [row for row, d in zip(self.live, done) if not d]
+            if not self.live:
+                texts, lengths = self.text.tolist(), self.length.tolist()
+                self.finished = {b: (t, texts[b][: lengths[b]]) for b, t in self.times.items()}
+                return 0
+            stay = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long, device=self.text.device)
             state.select(stay)
-            step.select(stay)
-            plan = None if plan is None else plan.select(stay)
-        # the next read comes before any row can spend its budget (a step keeps at most deepest + 1 tokens)
-        next_read = steps + min([every] + [-(-r // (step.deepest + 1)) for r, d in zip(left, done) if not d])
-        stream.span = min(left[0], (next_read - steps) * (step.deepest + 1))  # the most the (one) row keeps until then
-        owed, advance, reach = _pass(step, state, plan, shape, gate, log, steps, cells, sources)
-        steps += 1
-    texts, lengths = out_text.tolist(), out_length.tolist()
-    return {b: (t, texts[b][: lengths[b]]) for b, t in finished.items()}, ([] if log is None else log[:steps].tolist()), steps
+            self.step.select(stay)
+            self.plan = None if self.plan is None else self.plan.select(stay)
+        return self.every
 
-
-def _pass(step: BatchStep, state: BatchState, plan: Plan | None, shape: tuple[int, bool] | None, gate: Gate,
-          log: torch.Tensor | None, steps: int, cells: int, sources: int) -> tuple[bool, torch.Tensor | None, int]:
-    """One step, logged: the plan's, at `shape` (read; None inside a run: every proposed node and the
-    window), or with no plan a plain one (a bare one, the sources learning, when the batch drafts);
-    then the gate decides whether the next step proposes. Returns whether the step drafted, (1,) how
-    far it moves the frontier (on the device; None: a plain step moved it) and the most it can."""
-    rows, kv = state.size, step.cache.attended
-    if plan is None:
-        if step.plain:
-            step.run_plain(state)
+    def run_step(self, state: BatchState, steps: int, within: bool) -> torch.Tensor | None:
+        """One step, at the shape read (`within` a run: every proposed node and the window), or with no
+        plan a plain one (a bare one, the sources learning, when the batch drafts); then the gate
+        decides whether the next step proposes, and plans it; returns the step's log (None: plain)."""
+        step, gate, rows, logged = self.step, self.gate, state.size, None
+        if within and self.owed:
+            step.cache.advance(self.reach)
+        kv = step.cache.attended
+        if self.plan is None:
+            if step.plain:
+                step.run_plain(state)
+            else:
+                logged = bare_log(step.run_bare(state, gate.observing), self.sources)
+            gate.ran(1, rows, kv, False)
+            self.owed = False
         else:
-            log[steps].index_copy_(0, state.rows, bare_log(step.run_bare(state, gate.observing), sources))
-        gate.ran(1, rows, kv, False)
-        moved = False, None, 0
-    else:
-        width, window = shape if shape is not None else (plan.feed.shape[1], step.shape is not None)
-        outcome = step.run(state, plan, width, window)
-        log[steps].index_copy_(0, state.rows, step_log(outcome, cells, sources))
-        gate.ran(1 + width + cells * window, rows, kv, True)
-        moved = True, outcome.verdict.count.max().view(1), outcome.verdict.entries.shape[1]
-    gate.decide(state.size, step.cache.attended)
-    return moved
-
-
-def _results(prompts: Sequence[torch.Tensor], finished: dict, log: list, names: Sequence[str], start: float, tokenizer: Any,
-             method: str, passes: int) -> BatchResult:
-    """Each row's `DecodeResult`, from its text and its rows of the step log; `passes`: the batch's."""
-    results = []
-    for b, prompt in enumerate(prompts):
-        end, text = finished[b]
-        stats = DecodeStats(prefill_tokens=prompt.shape[0] - 1, wall_time_s=end - start)
-        # a row's steps: those in which it kept a token (a stopped row inside a run of steps keeps none)
-        entries = [logged[b] for logged in log if logged[b][0] > 0] if log else [(1, 1, 0)] * (len(text) - prompt.shape[0])
-        for entry in entries:
-            kept, fed, window = entry[:3]
-            stats.record(kept, fed, window)
-            step: dict[str, list[int]] = {}  # sources of one name count as one (a tree's nodes are named)
-            for source, credited, present in zip(names, entry[3 : 3 + len(names)], entry[3 + len(names):]):
-                seen = step.setdefault(source, [0, 0])
-                seen[0], seen[1] = seen[0] + credited, seen[1] or present
-            for source, (credited, present) in step.items():
-                if present:
-                    stats.accepted_by_source.setdefault(source, Counter())[credited] += 1
-        tokens = text[prompt.shape[0]:]
-        results.append(DecodeResult(tokens, tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
-                                    stats, method))
-    return BatchResult(results, passes)
+            width, window = self.shape if not within else (self.plan.feed.shape[1], step.shape is not None)
+            outcome = step.run(state, self.plan, width, window)
+            logged = step_log(outcome, self.cells, self.sources)
+            gate.ran(1 + width + self.cells * window, rows, kv, True)
+            self.owed, self.advance, self.reach = True, outcome.verdict.count.max().view(1), outcome.verdict.entries.shape[1]
+        gate.decide(state.size, step.cache.attended)
+        self.plan = step.plan(state) if gate.drafting and not step.plain else None
+        return logged

@@ -4,10 +4,11 @@
 then the next step's plan) as one function of tensors, its shapes fixed by the host's two ints (the
 draft nodes fed and whether the window is). It plans the next step at its end, so the shape the
 host reads between steps is that of the plan the next step runs, chosen after this step's outcome.
-`ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs it. The helpers here say
-what it can take (the sources whose forms keep one shape, `check_settings`; `check_node_widths`; a
-call's room, `check_fits`), which programs it runs (`program_shapes`), and run and price them
-(`each_program`, `program_cost`).
+`ladref.batched.captured.CapturedBatchDecoder` compiles it whole and runs it in the batch's one
+loop (`ladref.batched.loop.run_batch`) through `CapturedDriver`: the run's program shape, the
+slots packed when short, rows that never leave. The helpers here say what it can take (the sources
+whose forms keep one shape, `check_settings`; `check_node_widths`; a call's room, `check_fits`),
+which programs it runs (`program_shapes`), and run and price them (`each_program`, `program_cost`).
 """
 
 from __future__ import annotations
@@ -157,38 +158,69 @@ def captured_step(step: BatchStep, state: BatchState, plan: Plan | None, nodes: 
     return log
 
 
-def wish_read(decoder: object, plan: Plan | None, state: BatchState) -> list[torch.Tensor]:
-    """What a `CapturedBatchDecoder`'s read brings besides the stop flags when adaptive: the next plan's
-    shape and, when that plan was chosen within a run's width, the policy's widest choice without
-    it; last, the policy's (2,) `hope` (`ladref.batched.policy.BatchPolicy.may_draft`)."""
-    policy = decoder.policy
-    if policy is None:
-        return []
-    return [plan.shape] + ([policy.wanted] if policy.limit is not None else []) + [policy.hope(state)]
+class CapturedDriver:
+    """A `CapturedBatchDecoder`'s `ladref.batched.loop.Driver`: runs of its compiled step
+    (`captured_step`) at fixed program shapes, rows that never leave, and a static cache packed when
+    its slots run short. `plan`: the first step's, made eagerly (each step makes the next one's, in
+    place); `nodes`, `width`: the draft nodes and Q of the widest step; `sources`: S."""
 
+    def __init__(self, decoder: object, step: BatchStep, plan: Plan | None, nodes: int, width: int, sources: int) -> None:
+        self.decoder, self.step, self.plan, self.nodes, self.width, self.sources = decoder, step, plan, nodes, width, sources
+        self.every, self.shape, self.stale = decoder.every, BARE, False  # stale: the plan in hand was made before bare steps
 
-def run_shape(decoder: object, step: BatchStep, state: BatchState, plan: Plan | None, nodes: int,
-              wish: list[int]) -> tuple[int, bool | None]:
-    """(nodes, window) of a `CapturedBatchDecoder`'s next run of steps: every node and the window
-    (`FeedAll`), else `BARE` where no draft can pay, else the narrowest captured width holding the
-    plan in hand and the policy's wish (`wish_read`; the first step of a call too: it runs
-    uncompiled, at that width), but every node for the first run after bare steps, its plan made
-    now (the one in hand is older than they are). Inside a run of k > 1 steps the policy then
-    chooses within its width (`BatchPolicy.limit`)."""
-    policy, full = decoder.policy, (nodes, step.shape is not None)
-    if policy is None:
-        return full
-    wish, hope = wish[:-2], wish[-2:]
-    if decoder._forced is not None:  # `capture`'s and `measure`'s
-        shape = decoder._forced
-    elif not policy.may_draft(state.size, step.cache.attended, step.window_cells, hope):
-        shape = BARE
-    elif decoder._stale:
-        assign(plan, step.plan(state))
-        shape = full
-    else:
-        shape = (min([w for w in decoder.widths if w >= max(wish[0::2])] + [nodes]), any(wish[1::2]) and step.shape is not None)
-    decoder._stale = shape == BARE
-    if decoder.every > 1 and shape != BARE:  # the plans made inside a run: within its width (k = 1: `draft_budget`'s cap, or none)
-        policy.limit = shape
-    return shape
+    def asks(self, state: BatchState) -> list[torch.Tensor]:
+        """The frontier and, adaptive, the next plan's shape, the policy's widest choice without the
+        run's limit (when it had one), and last the policy's (2,) `hope` (`BatchPolicy.may_draft`)."""
+        policy, frontier = self.decoder.policy, [self.step.cache.frontier[None]]
+        if policy is None:
+            return frontier
+        return frontier + [self.plan.shape] + ([policy.wanted] if policy.limit is not None else []) + [policy.hope(state)]
+
+    def heard(self, state: BatchState, done: list[int], rest: list[int]) -> int:
+        """The slots packed when one more step would not fit, the run's shape chosen (`shape_of`); the
+        most steps the slots hold (0: every row stopped)."""
+        if all(done):
+            return 0
+        decoder, cache, frontier, reach = self.decoder, self.step.cache, rest[0], self.step.deepest + 1  # reach: a step's most
+        if frontier + self.width > decoder.max_length:  # no room for one more step: pack every row's slots to the front
+            cache.compact()
+            decoder.compactions += 1
+            frontier = int(cache.frontier)
+        room = (decoder.max_length - self.width - frontier) // reach + 1
+        if room < 1:  # cannot happen when the call's check passed: a row holds at most prompt + budget slots
+            raise RuntimeError(f"no room for a step of {self.width} tokens after {frontier} of {decoder.max_length} slots")
+        self.shape = self.shape_of(state, rest[1:])
+        return min(self.every, room)
+
+    def shape_of(self, state: BatchState, wish: list[int]) -> tuple[int, bool | None]:
+        """(nodes, window) of the next run: every node and the window (`FeedAll`), else `BARE` where no
+        draft can pay, else the narrowest captured width holding the plan in hand and the policy's
+        wish (the first step of a call too: it runs uncompiled, at that width), but every node for
+        the first run after bare steps, its plan made now (the one in hand is older than they are).
+        Inside a run of k > 1 steps the policy then chooses within its width (`BatchPolicy.limit`)."""
+        decoder, step, policy, full = self.decoder, self.step, self.decoder.policy, (self.nodes, self.step.shape is not None)
+        if policy is None:
+            return full
+        wish, hope = wish[:-2], wish[-2:]
+        if decoder._forced is not None:  # `capture`'s and `measure`'s
+            shape = decoder._forced
+        elif not policy.may_draft(state.size, step.cache.attended, step.window_cells, hope):
+            shape = BARE
+        elif self.stale:
+            assign(self.plan, step.plan(state))
+            shape = full
+        else:
+            shape = (min([w for w in decoder.widths if w >= max(wish[0::2])] + [self.nodes]), any(wish[1::2]) and step.shape is not None)
+        self.stale = shape == BARE
+        if decoder.every > 1 and shape != BARE:  # the plans made inside a run: within its width (k = 1: `draft_budget`'s cap, or none)
+            policy.limit = shape
+        return shape
+
+    def run_step(self, state: BatchState, steps: int, within: bool) -> torch.Tensor | None:
+        """One step at the run's shape: the call's first eagerly (it makes the state the program reads:
+        tables, rings), the others the compiled program; its log (None: plain decoding)."""
+        self.decoder.shapes[self.shape] += 1
+        program = captured_step if steps == 0 else self.decoder.program
+        logged = program(self.step, state, None if self.shape == BARE else self.plan, *self.shape, self.step.window_cells or 0,
+                         self.sources)
+        return None if self.step.plain else logged
