@@ -20,26 +20,26 @@ import torch
 
 from ..pricing.policy import PolicySettings
 from .drafts import Merged, path_code
+from .runs import earlier_in_run, runs
 
 EVIDENCE, RANKS = 17, 16  # grades 0..16 and sibling ranks 0..15 are kept apart; larger ones share the last
 
 
 def own_ranks(merged: Merged) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, n) each node's rank among its siblings in its own source's trie, and (B, n) bool whether
-    it is the first node of its path in that trie (the node the source's own tree has)."""
+    it is the first node of its path in that trie (the node the source's own tree has). Both by
+    sorting the slots (`ladref.batched.runs`): the first valid slot of its (source, path) run, and
+    the first nodes before it in its (source, parent) run."""
     drafts = merged.drafts
-    n, device = drafts.width, drafts.tokens.device
-    parents = drafts.parents if drafts.parents.dim() == 2 else drafts.parents.expand(drafts.tokens.shape[0], n)
-    earlier = torch.ones(n, n, dtype=torch.bool, device=device).tril(-1)
-    if merged.same is None:  # a trie: every valid node is its own path's first
+    rows, n = drafts.tokens.shape
+    parents = drafts.parents if drafts.parents.dim() == 2 else drafts.parents.expand(rows, n)
+    source = drafts.source.expand(rows, n)
+    if merged.code is None:  # a trie: every valid node is its own path's first
         first, parent = drafts.valid, parents
     else:
-        own = merged.same & (drafts.source[:, None] == drafts.source[None, :])
-        first = drafts.valid & ~(own & earlier).any(-1)
+        first = drafts.valid & (earlier_in_run(*runs([source, merged.code]), drafts.valid) == 0)
         parent = path_code(merged.spelled[..., 1:])  # the parent's path
-    siblings = (parent[:, :, None] == parent[:, None, :]) & (drafts.source[:, None] == drafts.source[None, :])
-    siblings &= earlier & first[:, None, :]
-    return siblings.sum(-1), first
+    return earlier_in_run(*runs([source, parent]), first), first
 
 
 class Acceptance:

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from .runs import first_in_run, runs
+
 
 def cached(method: Callable[[Any], torch.Tensor]) -> property:
     """`functools.cached_property` without the lock Python 3.11 takes (which torch.compile cannot trace): a
@@ -131,8 +133,8 @@ class Merged:
         canonical: (B, n) long, the slot each valid node was merged into (its own if kept).
         depth: (B, n) long, 1 for a child of the current token.
         ancestors: (B, n, n) bool, the merged trie's tree mask (a node and its ancestors).
-        same: (B, n, n) bool, [b, i, j] = valid nodes i and j spell the same path (by `path_code`;
-            None for a trie).
+        code: (B, n) long, each proposed node's `path_code` (valid nodes spell the same path where
+            their codes are equal); None for a trie.
     """
 
     drafts: Drafts
@@ -141,7 +143,7 @@ class Merged:
     canonical: torch.Tensor
     depth: torch.Tensor
     ancestors: torch.Tensor
-    same: torch.Tensor | None = None
+    code: torch.Tensor | None = None
 
     def select(self, keep: torch.Tensor) -> "Merged":
         """The rows `keep` only."""
@@ -149,7 +151,7 @@ class Merged:
         drafts = Drafts(d.tokens.index_select(0, keep), d.parents if d.parents.dim() == 1 else d.parents.index_select(0, keep),
                         d.valid.index_select(0, keep), d.source, d.evidence.index_select(0, keep), d.trie)
         return Merged(drafts, *(None if getattr(self, f) is None else getattr(self, f).index_select(0, keep)
-                                for f in ("table", "kept", "canonical", "depth", "ancestors", "same")))
+                                for f in ("table", "kept", "canonical", "depth", "ancestors", "code")))
 
     @cached
     def spelled(self) -> torch.Tensor:
@@ -187,13 +189,13 @@ def merge(drafts: Drafts, table: torch.Tensor) -> Merged:
         return Merged(drafts, table, drafts.valid, slots.expand(rows, n), depth, ancestor_mask(table))
     spelled = spell(drafts, table)
     code = path_code(spelled)  # (B, n)
-    same = (code[:, :, None] == code[:, None, :]) & drafts.valid[:, None, :] & drafts.valid[:, :, None]  # (B, n, n)
-    first = torch.where(same, slots, n).amin(-1).clamp(max=n - 1)  # the first node of each path (of each code: checked below)
+    first = first_in_run(*runs([code]), drafts.valid)  # the first valid node of each path (of each code: checked below)
+    first = torch.where(drafts.valid, first, n).clamp(max=n - 1)
     exact = (spelled.gather(1, first[..., None].expand_as(spelled)) == spelled).all(-1)
     canonical = torch.where(drafts.valid & exact, first, slots)
     canon = torch.cat([canonical, canonical.new_full((rows, 1), n)], dim=1)
     anc = ancestor_mask(canon.gather(1, table.flatten(1)).view(table.shape))  # each ancestor's canonical slot
-    return Merged(drafts, table, drafts.valid & (canonical == slots), canonical, depth, anc, same)
+    return Merged(drafts, table, drafts.valid & (canonical == slots), canonical, depth, anc, code)
 
 
 @dataclass(frozen=True, eq=False)
