@@ -53,7 +53,8 @@ class Drafts:
         parents: (n,) long for a tree whose shape is fixed, else (B, n): each node's parent slot
             (smaller than its own), -1 for a child of the current token.
         valid: (B, n) bool, whether the row drafted the node (a node's parent is valid too).
-        source: (n,) long, the index of the source that filled each slot.
+        source: (n,) long, the index of the source that filled each slot (never decreasing: each
+            source's slots follow the one before's).
         evidence: (B, S) long, the grade each source gave each row's proposal (prompt lookup: the
             length of the suffix it matched; 0: ungraded), which adaptive decoding learns apart.
         trie: whether the nodes already form a trie (one source, no two siblings alike): nothing to merge.
@@ -189,7 +190,7 @@ def merge(drafts: Drafts, table: torch.Tensor) -> Merged:
         return Merged(drafts, table, drafts.valid, slots.expand(rows, n), depth, ancestor_mask(table))
     spelled = spell(drafts, table)
     code = path_code(spelled)  # (B, n)
-    first = first_in_run(*runs([code]), drafts.valid)  # the first valid node of each path (of each code: checked below)
+    first = first_in_run(*runs(code), drafts.valid)  # the first valid node of each path (of each code: checked below)
     first = torch.where(drafts.valid, first, n).clamp(max=n - 1)
     exact = (spelled.gather(1, first[..., None].expand_as(spelled)) == spelled).all(-1)
     canonical = torch.where(drafts.valid & exact, first, slots)

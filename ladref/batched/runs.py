@@ -11,28 +11,26 @@ work of a step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 
-def runs(keys: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every row's slots sorted by `keys`, equal keys in slot order, and the run of each sorted place.
+def runs(key: torch.Tensor, split: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's slots sorted by `key`, equal keys in slot order, and the run of each sorted place.
 
     Args:
-        keys: (B, n) long each, the first the most significant (at least one).
+        key: (B, n) long.
+        split: (B, n) long, a second key that never decreases along the slots (`Drafts.source`: each
+            source's slots after the one before's), or None. Equal keys stay in slot order, so in
+            `split` order too: one sort groups the pairs, and a run also ends where `split` changes.
 
     Returns:
         order: (B, n) long, the slots in sorted order; run: (B, n) long, the run (0, 1, ...) of each
-        sorted place: places share a run exactly when every key is equal.
+        sorted place: places share a run exactly when their keys (and splits) are equal.
     """
-    order = None
-    for key in reversed(keys):  # least significant first: each stable sort keeps the order of the ones before
-        step = (key if order is None else key.gather(1, order)).sort(dim=1, stable=True).indices
-        order = step if order is None else order.gather(1, step)
+    order = key.sort(dim=1, stable=True).indices
     change = torch.zeros_like(order, dtype=torch.bool)  # (B, n): a sorted place whose keys differ from the one before
-    for key in keys:
-        moved = key.gather(1, order)
+    for part in (key,) if split is None else (key, split):
+        moved = part.gather(1, order)
         change[:, 1:] |= moved[:, 1:] != moved[:, :-1]
     return order, change.long().cumsum(1)
 
