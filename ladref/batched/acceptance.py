@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from ..pricing.policy import PolicySettings
-from .drafts import Merged, path_code
-from .runs import earlier_in_run, runs
+from .drafts import Merged
+from .runs import earlier_in_run, path_code, runs
 
 EVIDENCE, RANKS = 17, 16  # grades 0..16 and sibling ranks 0..15 are kept apart; larger ones share the last
 

@@ -6,7 +6,7 @@ answered from it, for every row at once: its smallest flagged slot (`first_in_ru
 merged path keeps) and how many flagged slots of it come before the slot (`earlier_in_run`, a
 node's rank among its siblings). A pairwise (B, n, n) test answers both too, at a cost that grows
 as B n^2: the wide merged proposals of a large batch (n = 111, B = 16) made it the largest host
-work of a step.
+work of a step. The keys of token paths are their `path_code`.
 """
 
 from __future__ import annotations
@@ -49,3 +49,12 @@ def earlier_in_run(order: torch.Tensor, run: torch.Tensor, flag: torch.Tensor) -
     before = counted.cumsum(1) - counted  # flagged places before each sorted place, in the whole row
     start = torch.full_like(order, order.shape[1]).scatter_reduce_(1, run, before, "amin")  # before each run's first place
     return torch.empty_like(order).scatter_(1, order, before - start.gather(1, run))
+
+
+def path_code(spelled: torch.Tensor) -> torch.Tensor:
+    """(...,) int64 codes of (..., D) token paths: equal paths have equal codes (a sum of the tokens
+    times pseudo-random 64-bit weights, one per column, wrapping; two different paths share a code
+    with negligible odds, and `ladref.batched.drafts.merge` checks a match token by token before it merges)."""
+    weights = (torch.arange(1, spelled.shape[-1] + 1, device=spelled.device) * 0x3C6EF372FE94F82B) ^ 0x1B873593
+    weights = (weights ^ (weights >> 29)) * 0x2545F4914F6CDD1D  # a splitmix-like scramble of the column index
+    return ((spelled + 3) * (weights ^ (weights >> 32))).sum(-1)
