@@ -12,6 +12,7 @@ work of a step. The keys of token paths are their `path_code`.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def runs(key: torch.Tensor, split: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,12 +28,11 @@ def runs(key: torch.Tensor, split: torch.Tensor | None = None) -> tuple[torch.Te
         order: (B, n) long, the slots in sorted order; run: (B, n) long, the run (0, 1, ...) of each
         sorted place: places share a run exactly when their keys (and splits) are equal.
     """
-    order = key.sort(dim=1, stable=True).indices
-    change = torch.zeros_like(order, dtype=torch.bool)  # (B, n): a sorted place whose keys differ from the one before
-    for part in (key,) if split is None else (key, split):
-        moved = part.gather(1, order)
-        change[:, 1:] |= moved[:, 1:] != moved[:, :-1]
-    return order, change.long().cumsum(1)
+    moved, order = key.sort(dim=1, stable=True)
+    change = moved.diff(dim=1) != 0  # (B, n - 1): a sorted place whose keys differ from the one before
+    if split is not None:
+        change |= split.gather(1, order).diff(dim=1) != 0
+    return order, F.pad(change, (1, 0)).cumsum(1)
 
 
 def first_in_run(order: torch.Tensor, run: torch.Tensor, flag: torch.Tensor) -> torch.Tensor:

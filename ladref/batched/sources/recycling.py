@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from ...facts import ModelFacts
 from ...sources.recycling import RecyclingProposer, TreeTemplate, check_template
@@ -151,7 +152,7 @@ class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
         fed = torch.cat(fed, dim=1)  # (B, Q)
         # 2. The last fed occurrence of each token: sorted stably by (token, fed), the last of its token's run.
         key, order = (ids * 2 + fed).sort(dim=1, stable=True)  # (B, Q): a token's fed positions last, in order
-        last = torch.cat([key[:, 1:] != key[:, :-1], torch.ones_like(fed[:, :1])], dim=1) & (key % 2 == 1)
+        last = F.pad(key.diff(dim=1) != 0, (0, 1), value=True) & fed.gather(1, order)
         target = torch.where(torch.empty_like(fed).scatter_(1, order, last), ids, self.vocab_size + 1)  # the rest: scratch
         # 3. One scatter for every row: adjacency[b, target[b, i], r] = top[b, i, r].
         self.adjacency.scatter_(1, target[:, :, None].expand(rows, q, self.topk), top.to(torch.int32))
