@@ -29,6 +29,8 @@ def runs(key: torch.Tensor, split: torch.Tensor | None = None) -> tuple[torch.Te
         sorted place: places share a run exactly when their keys (and splits) are equal.
     """
     moved, order = key.sort(dim=1, stable=True)
+    if key.shape[1] == 0:  # no slot: no run
+        return order, order
     change = moved.diff(dim=1) != 0  # (B, n - 1): a sorted place whose keys differ from the one before
     if split is not None:
         change |= split.gather(1, order).diff(dim=1) != 0
