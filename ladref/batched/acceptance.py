@@ -19,27 +19,27 @@ from __future__ import annotations
 import torch
 
 from ..pricing.policy import PolicySettings
-from .drafts import Merged, path_code
+from .drafts import Merged
+from .runs import earlier_in_run, path_code, runs
 
 EVIDENCE, RANKS = 17, 16  # grades 0..16 and sibling ranks 0..15 are kept apart; larger ones share the last
 
 
 def own_ranks(merged: Merged) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, n) each node's rank among its siblings in its own source's trie, and (B, n) bool whether
-    it is the first node of its path in that trie (the node the source's own tree has)."""
+    it is the first node of its path in that trie (the node the source's own tree has). Both by
+    sorting the slots (`ladref.batched.runs`): the first valid slot of its (source, path) run, and
+    the first nodes before it in its (source, parent) run."""
     drafts = merged.drafts
-    n, device = drafts.width, drafts.tokens.device
-    parents = drafts.parents if drafts.parents.dim() == 2 else drafts.parents.expand(drafts.tokens.shape[0], n)
-    earlier = torch.ones(n, n, dtype=torch.bool, device=device).tril(-1)
-    if merged.same is None:  # a trie: every valid node is its own path's first
+    rows, n = drafts.tokens.shape
+    parents = drafts.parents if drafts.parents.dim() == 2 else drafts.parents.expand(rows, n)
+    source = drafts.source.expand(rows, n)
+    if merged.code is None:  # a trie: every valid node is its own path's first
         first, parent = drafts.valid, parents
     else:
-        own = merged.same & (drafts.source[:, None] == drafts.source[None, :])
-        first = drafts.valid & ~(own & earlier).any(-1)
+        first = drafts.valid & (earlier_in_run(*runs(merged.code, source), drafts.valid) == 0)
         parent = path_code(merged.spelled[..., 1:])  # the parent's path
-    siblings = (parent[:, :, None] == parent[:, None, :]) & (drafts.source[:, None] == drafts.source[None, :])
-    siblings &= earlier & first[:, None, :]
-    return siblings.sum(-1), first
+    return earlier_in_run(*runs(parent, source), first), first
 
 
 class Acceptance:
@@ -96,12 +96,15 @@ class Acceptance:
             probe: (B, n) bool, the probe's nodes; expected: (B,) the draft tokens it expects.
             position: (B,) the current tokens' positions; length: (B,) the texts' lengths now.
         """
-        entry = {"spelled": merged.spelled, "key": key, "alive": first, "probe": probe,
-                 "depth": merged.depth, "base": position, "source": merged.drafts.source.expand_as(key)}
-        if self.ring is None or self.ring["key"].shape[2] < key.shape[1]:  # (re)made for the widest proposals
-            width = key.shape[1]
-            self.ring = {name: torch.zeros((self.depth + 1, *t.shape[:1], width, *t.shape[2:]) if t.dim() > 1 else
+        drafts, n = merged.drafts, key.shape[1]
+        entry = {"tokens": torch.where(drafts.valid, drafts.tokens, -1), "up": merged.table[..., 1:], "key": key,
+                 "alive": first, "probe": probe, "depth": merged.depth, "base": position, "source": drafts.source.expand_as(key)}
+        if self.ring is None or self.ring["key"].shape[2] < n:  # (re)made for the widest proposals
+            self.ring = {name: torch.zeros((self.depth + 1, *t.shape[:1], n, *t.shape[2:]) if t.dim() > 1 else
                                            (self.depth + 1, *t.shape), dtype=t.dtype, device=t.device) for name, t in entry.items()}
+        width = self.ring["key"].shape[2]
+        if n < width:  # "past the root" is the ring's width, where `observe` puts its True
+            entry["up"] = torch.where(entry["up"] == n, width, entry["up"])
         at = (self.slot % (self.depth + 1))[None]  # (1,) a tensor: a captured step keeps one program at every slot
         self._settle(at)
         for name, value in entry.items():
@@ -136,20 +139,17 @@ class Acceptance:
         """
         if self.ring is None:  # nothing proposed yet
             return
-        ring, d = self.ring, self.spelled_depth()
-        base = ring["base"]  # (P, B)
-        at = (base[..., None] + 1 + torch.arange(d, device=text.device)).clamp(max=text.shape[1] - 1)  # (P, B, D)
-        truth = text.gather(1, at.transpose(0, 1).flatten(1)).view(at.shape[1], at.shape[0], d).transpose(0, 1)  # (P, B, D)
-        depth = ring["depth"]  # (P, B, n)
-        back = (depth[..., None] - 1 - torch.arange(d, device=text.device)).clamp(min=0)  # column m: depth - m
-        expected = truth[:, :, None, :].expand(*depth.shape, d).gather(3, back)  # greedy's token at each spelled column
-        match = (ring["spelled"] == expected) | (torch.arange(d, device=text.device) >= depth[..., None])
-        reached = match[..., 1:].all(-1)
-        right = reached & match[..., 0]
+        ring, rows = self.ring, text.shape[0]
+        base, depth, up = ring["base"], ring["depth"], ring["up"]  # (P, B), (P, B, n), (P, B, n, D - 1)
+        at = (base[..., None] + depth.clamp(min=1)).clamp(max=text.shape[1] - 1)  # (P, B, n) each node's position
+        truth = text.gather(1, at.transpose(0, 1).flatten(1)).view(at.shape[1], at.shape[0], -1).transpose(0, 1)
+        own = ring["tokens"] == truth  # (P, B, n): each node's own token is greedy's (an ancestor's: its own)
+        ext = torch.cat([own, torch.ones_like(own[..., :1])], dim=-1)  # (P, B, n + 1): past the root matches
+        reached = ext.gather(2, up.flatten(2)).view(up.shape).all(-1)  # every ancestor matches
+        right = reached & own
         known = base[..., None] + depth
         judged = ring["alive"] & (known <= (length - 1)[None, :, None]) & (known > (self.seen - 1)[None, :, None])
         ring["alive"].logical_and_(~judged)  # in place, as all a step carries (`ladref.batched.resident`)
-        rows = judged.shape[1]
         flat = ring["key"].transpose(0, 1).reshape(rows, -1)
         self.reached.scatter_add_(1, flat, (judged & reached).transpose(0, 1).reshape(rows, -1).double())
         self.accepted.scatter_add_(1, flat, (judged & right).transpose(0, 1).reshape(rows, -1).double())
@@ -165,9 +165,6 @@ class Acceptance:
             self.seen = length.clone()
         else:
             self.seen.copy_(length)
-
-    def spelled_depth(self) -> int:
-        return self.ring["spelled"].shape[-1]
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep`."""

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from .runs import first_in_run, path_code, runs
+
 
 def cached(method: Callable[[Any], torch.Tensor]) -> property:
     """`functools.cached_property` without the lock Python 3.11 takes (which torch.compile cannot trace): a
@@ -51,7 +53,8 @@ class Drafts:
         parents: (n,) long for a tree whose shape is fixed, else (B, n): each node's parent slot
             (smaller than its own), -1 for a child of the current token.
         valid: (B, n) bool, whether the row drafted the node (a node's parent is valid too).
-        source: (n,) long, the index of the source that filled each slot.
+        source: (n,) long, the index of the source that filled each slot (never decreasing: each
+            source's slots follow the one before's).
         evidence: (B, S) long, the grade each source gave each row's proposal (prompt lookup: the
             length of the suffix it matched; 0: ungraded), which adaptive decoding learns apart.
         trie: whether the nodes already form a trie (one source, no two siblings alike): nothing to merge.
@@ -130,9 +133,10 @@ class Merged:
         kept: (B, n) bool, the valid nodes that stayed (the first of each token path).
         canonical: (B, n) long, the slot each valid node was merged into (its own if kept).
         depth: (B, n) long, 1 for a child of the current token.
-        ancestors: (B, n, n) bool, the merged trie's tree mask (a node and its ancestors).
-        same: (B, n, n) bool, [b, i, j] = valid nodes i and j spell the same path (by `path_code`;
-            None for a trie).
+        up: (B, n, D) long, the canonical slot of each node's ancestors (column k: the k-th; n past
+            the root): the merged trie's tree, from which `compact` builds the fed nodes' mask.
+        code: (B, n) long, each proposed node's `path_code` (valid nodes spell the same path where
+            their codes are equal); None for a trie.
     """
 
     drafts: Drafts
@@ -140,8 +144,8 @@ class Merged:
     kept: torch.Tensor
     canonical: torch.Tensor
     depth: torch.Tensor
-    ancestors: torch.Tensor
-    same: torch.Tensor | None = None
+    up: torch.Tensor
+    code: torch.Tensor | None = None
 
     def select(self, keep: torch.Tensor) -> "Merged":
         """The rows `keep` only."""
@@ -149,7 +153,12 @@ class Merged:
         drafts = Drafts(d.tokens.index_select(0, keep), d.parents if d.parents.dim() == 1 else d.parents.index_select(0, keep),
                         d.valid.index_select(0, keep), d.source, d.evidence.index_select(0, keep), d.trie)
         return Merged(drafts, *(None if getattr(self, f) is None else getattr(self, f).index_select(0, keep)
-                                for f in ("table", "kept", "canonical", "depth", "ancestors", "same")))
+                                for f in ("table", "kept", "canonical", "depth", "up", "code")))
+
+    @cached
+    def ancestors(self) -> torch.Tensor:
+        """(B, n, n) bool, the merged trie's tree mask (a node and its ancestors; `ancestor_mask` of `up`), for inspection."""
+        return ancestor_mask(self.up)
 
     @cached
     def spelled(self) -> torch.Tensor:
@@ -164,15 +173,6 @@ def spell(drafts: Drafts, table: torch.Tensor) -> torch.Tensor:
     return ext.gather(1, table.flatten(1)).view(table.shape)
 
 
-def path_code(spelled: torch.Tensor) -> torch.Tensor:
-    """(...,) int64 codes of (..., D) token paths: equal paths have equal codes (a sum of the tokens
-    times pseudo-random 64-bit weights, one per column, wrapping; two different paths share a code
-    with negligible odds, and `merge` checks a match token by token before it merges)."""
-    weights = (torch.arange(1, spelled.shape[-1] + 1, device=spelled.device) * 0x3C6EF372FE94F82B) ^ 0x1B873593
-    weights = (weights ^ (weights >> 29)) * 0x2545F4914F6CDD1D  # a splitmix-like scramble of the column index
-    return ((spelled + 3) * (weights ^ (weights >> 32))).sum(-1)
-
-
 def merge(drafts: Drafts, table: torch.Tensor) -> Merged:
     """Merge every row's draft nodes into one trie: nodes spelling the same path are one.
 
@@ -184,16 +184,16 @@ def merge(drafts: Drafts, table: torch.Tensor) -> Merged:
     slots = torch.arange(n, device=table.device)
     depth = (table < n).sum(-1)
     if drafts.trie or n == 0:  # one source's trie (or nothing): every valid node stays
-        return Merged(drafts, table, drafts.valid, slots.expand(rows, n), depth, ancestor_mask(table))
+        return Merged(drafts, table, drafts.valid, slots.expand(rows, n), depth, table)
     spelled = spell(drafts, table)
     code = path_code(spelled)  # (B, n)
-    same = (code[:, :, None] == code[:, None, :]) & drafts.valid[:, None, :] & drafts.valid[:, :, None]  # (B, n, n)
-    first = torch.where(same, slots, n).amin(-1).clamp(max=n - 1)  # the first node of each path (of each code: checked below)
+    first = first_in_run(*runs(code), drafts.valid)  # the first valid node of each path (of each code: checked below)
+    first = torch.where(drafts.valid, first, n).clamp(max=n - 1)
     exact = (spelled.gather(1, first[..., None].expand_as(spelled)) == spelled).all(-1)
     canonical = torch.where(drafts.valid & exact, first, slots)
     canon = torch.cat([canonical, canonical.new_full((rows, 1), n)], dim=1)
-    anc = ancestor_mask(canon.gather(1, table.flatten(1)).view(table.shape))  # each ancestor's canonical slot
-    return Merged(drafts, table, drafts.valid & (canonical == slots), canonical, depth, anc, same)
+    up = canon.gather(1, table.flatten(1)).view(table.shape)  # each ancestor's canonical slot
+    return Merged(drafts, table, drafts.valid & (canonical == slots), canonical, depth, up, code)
 
 
 @dataclass(frozen=True, eq=False)
@@ -242,5 +242,8 @@ def compact(merged: Merged, feed: torch.Tensor, width: int) -> Fed:
     """
     rows, n = feed.shape
     order = torch.argsort(feed.to(torch.int8), dim=1, descending=True, stable=True)[:, :width]  # (B, w): fed first, in node order
-    anc = merged.ancestors.gather(1, order[..., None].expand(rows, width, n)).gather(2, order[:, None, :].expand(rows, width, width))
+    at = torch.full((rows, n + 1), width, dtype=torch.long, device=feed.device)  # each slot's position (width: not fed)
+    at.scatter_(1, order, torch.arange(width, device=feed.device).expand(rows, width))
+    up = merged.up.gather(1, order[..., None].expand(rows, width, merged.up.shape[-1]))  # (B, w, D) ancestors' slots
+    anc = ancestor_mask(at.gather(1, up.flatten(1)).view(up.shape))  # (B, w, w), built from the fed nodes alone
     return Fed(merged, order, feed.gather(1, order), merged.drafts.tokens.gather(1, order), anc, merged.depth.gather(1, order))

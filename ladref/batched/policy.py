@@ -38,8 +38,7 @@ def exclusive(merged: Merged, value: torch.Tensor) -> torch.Tensor:
     """The oracle's ``exclusive`` on every row's merged trie: a node's children's values sum
     to at most its own, siblings (and with them their subtrees) scaled down to it. (B, n) in and out."""
     rows, n, _ = merged.table.shape
-    canon = torch.cat([merged.canonical, torch.full_like(merged.canonical[:, :1], n)], dim=1)
-    up = canon.gather(1, merged.table.flatten(1)).view(merged.table.shape)  # (B, n, D) merged ancestors, n past the root
+    up = merged.up  # (B, n, D) merged ancestors, n past the root
     parent = up[..., 1] if up.shape[-1] > 1 else torch.full_like(merged.canonical, n)
     ext = torch.cat([value, torch.ones_like(value[:, :1])], dim=1)
     below = torch.where(merged.kept, value / ext.gather(1, parent).clamp(min=1e-300), 0.0)  # P(right | parent right)

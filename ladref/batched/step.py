@@ -39,7 +39,8 @@ def nothing_fed(token: torch.Tensor, depth: int) -> tuple[Merged, Fed, Verdict]:
     none = torch.zeros(rows, 0, dtype=torch.long, device=device)  # (B, 0)
     flag, pairs = none.bool(), torch.zeros(rows, 0, 0, dtype=torch.bool, device=device)  # (B, 0), (B, 0, 0)
     drafts = Drafts(none, none[0], flag, none[0], none, True)
-    merged = Merged(drafts, torch.zeros(rows, 0, max(depth, 1), dtype=torch.long, device=device), flag, none, none, pairs)
+    table = torch.zeros(rows, 0, max(depth, 1), dtype=torch.long, device=device)  # (B, 0, D)
+    merged = Merged(drafts, table, flag, none, none, table)
     zero = torch.zeros_like(token)
     return merged, Fed(merged, none, flag, none, pairs, none), Verdict(token[:, None], zero + 1, zero[:, None], zero, flag)
 

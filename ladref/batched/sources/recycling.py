@@ -12,7 +12,8 @@ the top-k successors last predicted after every token, all rows in one (B, V + 2
 `propose` fills the static template (`ladref.sources.recycling.TreeTemplate`) depth by depth, one
 gather per level for every row and node of that level (D levels: D gathers, whatever B is).
 `learn` writes the top-k after every fed token into its row of the matrix; for a token fed more
-than once in a step the last position wins, as in the reference, without a loop over rows.
+than once in a step the last position wins, as in the reference, without a loop over rows (one
+sort of each row's (B, Q) positions finds it, not a (B, Q, Q) test: O(B Q log Q)).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from ...facts import ModelFacts
 from ...sources.recycling import RecyclingProposer, TreeTemplate, check_template
@@ -148,9 +150,10 @@ class BatchRecycling(BatchForm, reference=RecyclingProposer, fixed_shape=True):
         if outcome.window is not None:
             fed.insert(1, outcome.window[:, None].expand(rows, length - 1))
         fed = torch.cat(fed, dim=1)  # (B, Q)
-        # 2. The last fed occurrence of each token: no later fed position holds it.
-        later = (ids[:, :, None] == ids[:, None, :]) & fed[:, None, :] & torch.ones(q, q, dtype=torch.bool, device=ids.device).triu_(1)
-        target = torch.where(fed & ~later.any(-1), ids, self.vocab_size + 1)  # the rest to the scratch row
+        # 2. The last fed occurrence of each token: sorted stably by (token, fed), the last of its token's run.
+        key, order = (ids * 2 + fed).sort(dim=1, stable=True)  # (B, Q): a token's fed positions last, in order
+        last = F.pad(key.diff(dim=1) != 0, (0, 1), value=True) & fed.gather(1, order)
+        target = torch.where(torch.empty_like(fed).scatter_(1, order, last), ids, self.vocab_size + 1)  # the rest: scratch
         # 3. One scatter for every row: adjacency[b, target[b, i], r] = top[b, i, r].
         self.adjacency.scatter_(1, target[:, :, None].expand(rows, q, self.topk), top.to(torch.int32))
 
