@@ -100,7 +100,7 @@ def test_one_call_per_context_length_and_each_entry_its_own_context():
         calls.append(ids.shape)
         return processor(ids, scores)
 
-    root, nodes = process(counted, text, length, logits[:, 0], logits[:, 1:], fed, 3)
+    root, nodes = process(counted, text, length, logits[:, 0], logits[:, 1:], fed)
     for b in range(rows):
         own = text[b, : length[b]].tolist()
         assert torch.equal(root[b], processor(torch.tensor([own]), logits[b, :1])[0])

@@ -23,12 +23,15 @@ from ..sampling import Processor
 from .drafts import Fed
 
 
-def path_tokens(fed: Fed, deepest: int) -> torch.Tensor:
+def path_tokens(fed: Fed) -> torch.Tensor:
     """(B, w, D) long, the tokens from the root down to each fed node: column k - 1 holds its
-    ancestor at depth k (the node itself at its own depth; zeros past it). D = max(deepest, 1)."""
-    depths = torch.arange(1, max(deepest, 1) + 1, device=fed.depth.device)  # (D,)
-    at = fed.ancestors[..., None] & (fed.depth[:, None, :, None] == depths)  # (B, w, w, D): [b, i, j, k] = j is i's ancestor at depth k + 1
-    return (at * fed.tokens[:, None, :, None]).sum(2)
+    ancestor at depth k (the node itself at its own depth; zeros past it). Read from the merged
+    trie's spelled paths (`ladref.batched.drafts.Merged.spelled`: a node's tokens up to the root), reversed."""
+    spelled = fed.merged.spelled  # (B, n, D)
+    up = spelled.gather(1, fed.node[..., None].expand(-1, -1, spelled.shape[2]))  # (B, w, D): each fed node's, itself first
+    columns = torch.arange(spelled.shape[2], device=up.device)  # (D,)
+    down = up.gather(2, (fed.depth[..., None] - 1 - columns).clamp(min=0))  # column k - 1: the ancestor at depth k
+    return down.masked_fill(columns >= fed.depth[..., None], 0)
 
 
 def contexts(text: torch.Tensor, length: torch.Tensor, paths: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
@@ -51,7 +54,7 @@ def contexts(text: torch.Tensor, length: torch.Tensor, paths: torch.Tensor, rows
 
 
 def process(processor: Processor, text: torch.Tensor, length: torch.Tensor, root: torch.Tensor,
-            nodes: torch.Tensor | None = None, fed: Fed | None = None, deepest: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+            nodes: torch.Tensor | None = None, fed: Fed | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Every row's root and fed node logits, processed with their own contexts (one call per context length).
 
     Args:
@@ -60,7 +63,6 @@ def process(processor: Processor, text: torch.Tensor, length: torch.Tensor, root
             the current token the last of the text.
         root: (B, V) the logits after each row's current token.
         nodes: (B, w, V) the logits after each fed node, with `fed` (None: a step with no node).
-        deepest: the deepest a fed node can be (the paths' width D).
 
     Returns:
         (root (B, V), nodes (B, w, V) or None), float64 scores; a padding node (not fed) keeps its logits.
@@ -69,7 +71,7 @@ def process(processor: Processor, text: torch.Tensor, length: torch.Tensor, root
     width = 0 if nodes is None else nodes.shape[1]
     scores = root.double()[:, None] if width == 0 else torch.cat([root[:, None], nodes], dim=1).double()  # (B, 1 + w, V)
     if width:
-        paths = torch.nn.functional.pad(path_tokens(fed, deepest), (0, 0, 1, 0))  # (B, 1 + w, D): the root's path is empty
+        paths = torch.nn.functional.pad(path_tokens(fed), (0, 0, 1, 0))  # (B, 1 + w, D): the root's path is empty
         depth = torch.cat([torch.zeros_like(fed.depth[:, :1]), fed.depth], dim=1)  # (B, 1 + w)
         valid = torch.cat([torch.ones_like(fed.valid[:, :1]), fed.valid], dim=1)
     else:

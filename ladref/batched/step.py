@@ -169,7 +169,7 @@ class BatchStep:
         top = logits.topk(self.topk, dim=-1).indices if self.topk else None  # every position kept when asked
         if self.processor is not None:  # the sources still learn from the model's own argmax (preds), as in the reference
             root, nodes = process(self.processor, state.text, state.length, logits[:, 0], logits[:, logits.shape[1] - width:],
-                                  fed, self.deepest)  # (B, V), (B, w, V)
+                                  fed)  # (B, V), (B, w, V)
             verdict = self.sampler.verify(root, nodes, fed, length, self.deepest) if self.sampler is not None else \
                 verify_greedy(root.argmax(-1), nodes.argmax(-1), fed, length, self.deepest)
         elif self.sampler is None:
