@@ -34,7 +34,7 @@ from ..batched.sample import BatchSampler
 from ..batched.sources import batched_sources
 from ..call import DecodeCall, prompt_ids, streamer_callback
 from ..config import LookaheadConfig
-from ..facts import check_model
+from ..facts import ModelFacts, check_model
 from ..hf_internals import CACHE_ARGS
 from ..kernels import check_attention_backend
 from ..sampling import GreedyChooser, SamplingChooser, Warp, check_generator
@@ -146,9 +146,10 @@ def lookahead_in_generate(
     head, device = input_ids[0].tolist(), input_ids.device
     processor = logits_processor if logits_processor is not None and len(logits_processor) else None
     # 2. Max length and EOS alone: the engine, one row, stops as generate does (its budget and EOS ids).
-    stops = engine_stops(stopping_criteria, generation_config.max_length, check_model(model).vocab_size)
+    facts = check_model(model)
+    stops = engine_stops(stopping_criteria, generation_config.max_length, facts.vocab_size)
     if stops is not None:
-        tokens = _engine(model, input_ids, config, processor, stops, generation_config.do_sample, generator,
+        tokens = _engine(model, facts, input_ids, config, processor, stops, generation_config.do_sample, generator,
                          streamer, put_prompt, attention_backend)
         return _sequences(generation_config, head + tokens, device)
     # 3. Any other criterion: the reference loop, stopping token by token on generate's stopping criteria.
@@ -200,12 +201,12 @@ class _AfterPrompt:
         self.streamer.end()
 
 
-def _engine(model: torch.nn.Module, input_ids: torch.Tensor, config: LookaheadConfig, processor: Callable | None,
-            stops: tuple[int, list[int]], do_sample: bool, generator: torch.Generator | None, streamer: Streamer | None,
+def _engine(model: torch.nn.Module, facts: ModelFacts, input_ids: torch.Tensor, config: LookaheadConfig,
+            processor: Callable | None, stops: tuple[int, list[int]], do_sample: bool, generator: torch.Generator | None, streamer: Streamer | None,
             put_prompt: bool, attention_backend: str) -> list[int]:
     """The new tokens of the (1, L) prompt, decoded by the engine as a batch of one row under generate's
-    max length and EOS (`stops`), `processor` and sampling (generate's warpers are among its processors)."""
-    facts = check_model(model)
+    max length and EOS (`stops`), `processor` and sampling (generate's warpers are among its processors);
+    `facts`: the model's, checked by the caller."""
     if streamer is not None and not put_prompt:
         streamer = _AfterPrompt(streamer)
     options = {"eos_token_id": stops[1], "streamer": streamer, "attention_backend": attention_backend}
