@@ -213,8 +213,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--host-overhead", action="store_true", help="measure each decoder's host work per forward pass on a tiny "
         f"random model instead (ladref.bench.host): --batch (default {','.join(map(str, HOST_BATCHES))}), --max-new-tokens "
         f"(default {HOST_TOKENS}), --method from {', '.join(HOST_METHODS)} (default all), --threads (default 1)")
-    add("--rounds", type=int, default=3, help="--host-overhead: timed rounds at least, decoders in turns, more where the "
-        "measurement protocol asks (ladref.bench.protocol; default 3)")
+    add("--rounds", type=int, default=3, help="--host-overhead and the load benchmark (--batch): timed rounds at least, "
+        "decoders in turns, more where the measurement protocol asks (ladref.bench.protocol; default 3)")
 
 
 def run_host_command(args: argparse.Namespace) -> int:

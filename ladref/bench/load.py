@@ -2,7 +2,7 @@
 
 For each batch size B the prompts are decoded B at a time by every method, interleaved batch by
 batch in the rounds of the measurement protocol (`ladref.bench.protocol`: each batch timed at least
-twice, the methods' order rotated, a disturbed round measured again and a batch that never settles
+``--rounds`` times (default 3), the methods' order rotated, a disturbed round measured again and a batch that never settles
 flagged; each batch's figure is its median round, and every round is kept). Throughput is the new tokens
 of all rows over the seconds of all batches; a request's latency is its row's own wall time
 (ladref's rows finish when they finish; transformers' ``generate`` returns every row at once).

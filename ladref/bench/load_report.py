@@ -22,6 +22,7 @@ from ..pricing.surface import BATCH_WIDTHS, CostSurface
 from .datasets import encode_prompts, load_prompts
 from .figures import log2_axis, panels, save
 from .load import LoadRow, LoadSettings, load_dicts, predict, run_load
+from .protocol import Protocol
 
 GPU_SHAPED = CostSurface.roofline(0.010, 0.010 / 512, widths=BATCH_WIDTHS, batches=(1, 2, 4, 8, 16, 32, 64),
                                   label="GPU-shaped model: flat up to 512 tokens a pass, then linear (assumed, not measured)")
@@ -77,7 +78,8 @@ def run_load_command(model, tokenizer, datasets: list[str], methods: Sequence[st
     ids = [row[0] for row in encode_prompts(tokenizer, prompts)]
     config = args.config[0] if args.config else LookaheadConfig(args.window, args.ngram, args.candidates or args.window)
     methods = ("greedy",) + tuple(m for m in methods if m != "greedy")  # the baseline, first
-    settings = LoadSettings(tuple(args.batch), methods, args.max_new_tokens, config, args.lookup_tokens, args.threshold)
+    protocol = Protocol(min_rounds=args.rounds, max_rounds=max(args.rounds, Protocol().max_rounds))  # a batch of 12 is one sample a round
+    settings = LoadSettings(tuple(args.batch), methods, args.max_new_tokens, config, args.lookup_tokens, args.threshold, protocol)
     if args.surface:
         surface = CostSurface.load(args.surface)
     else:
