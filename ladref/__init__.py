@@ -35,8 +35,8 @@ decoding in `ladref.fast`, and what you run in `ladref.bench`. In reading order 
    `ladref.sources.suffix` (suffix decoding, over the counted trie of `ladref.sources.suffix_trie`)
    and Jacobi's chain in `ladref.sources.jacobi`; their decoders in `ladref.decoders.methods`;
 6. `ladref.accept` (the accept rules of speculative sampling: one draft, several drafts),
-   `ladref.sampling`, `ladref.decoders.sample` and `ladref.decoders.generate` (sampling; inside
-   ``model.generate``);
+   `ladref.sampling` (the choosers: `SamplingChooser` verifies with `ladref.accept`'s rule),
+   `ladref.decoders.sample` and `ladref.decoders.generate` (sampling; inside ``model.generate``);
 7. the batch: `ladref.batched` (every row of a batch stepped by one tensor program: `drafts`,
    `layout`, `verify`, `cache`, `state`, `step`, `loop`; logits processors in `process`; the
    sources' batch forms in `ladref.batched.sources`; adaptive decoding in `policy`, `acceptance`,

@@ -16,9 +16,12 @@ multi-round rule) apply the one-draft rule in turn, each against the residual th
 rejection left, and sample from the last residual if every draft is rejected.
 
 Deterministic drafts, such as lookahead decoding's n-grams, are the case q = `point_mass` (d):
-d is accepted with probability p(d) and the residual is p with d removed, renormalised, which is
-`ladref.sampling.SamplingChooser`'s rule. Probabilities are float64 on the CPU and every draw
-comes from the optional CPU `torch.Generator` (None: torch's default generator).
+d is accepted with probability p(d) and the residual is p with d removed, renormalised.
+`ladref.sampling.SamplingChooser` verifies with this rule: `accept_one` against the point mass of
+the first of a position's distinct drafts emits y ~ p, and the tree walk keeps the draft equal to
+y, which accepts each draft t with probability p(t), as the multi-round rule does. Probabilities
+are float64 on the CPU and every draw comes from the optional CPU `torch.Generator` (None:
+torch's default generator).
 """
 
 from __future__ import annotations

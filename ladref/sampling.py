@@ -3,8 +3,9 @@
 A *chooser* picks the token at one verified position from the model's logits there and the
 draft tokens the tree's children propose for it (see `ladref.verify.verify_chosen`):
 
-* `SamplingChooser` accepts drafts by rejection sampling, so every token is distributed exactly
-  as in ordinary sampling (the argument is in docs/sampling.md);
+* `SamplingChooser` accepts drafts by `ladref.accept.accept_one`'s rule, the draft a point mass,
+  so every token is distributed exactly as in ordinary sampling (the argument is in
+  docs/sampling.md);
 * `GreedyChooser` takes the argmax after optional transformers logits processors (used by
   `ladref.decoders.generate` when, e.g., a repetition penalty changes greedy's choice).
 
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
+from .accept import accept_one, point_mass
 
 
 # transformers' LogitsProcessor call: (input_ids (1, L), scores (1, V)) -> scores (1, V)
@@ -110,18 +113,29 @@ class SamplingChooser:
     def choose(self, context: Sequence[int], logits: torch.Tensor, proposals: Sequence[int]) -> int:
         """One token distributed as `probs`, preferring the drafts in `proposals`.
 
-        Accept rule, for distinct draft tokens t_1, t_2, .. in the order proposed:
-          # with q the current residual distribution (q = p at first), accept t_i with probability q(t_i);
-          # on rejection set q(t_i) = 0 and renormalise q, then try t_{i+1};
-          # when every draft is rejected, sample the token from the final residual q.
+        Accept rule, with p = `probs` and t_1, t_2, .. the distinct drafts in the order proposed:
+          # no draft: draw the token from p;
+          # else apply `ladref.accept.accept_one` with q = point_mass(t_1): accept t_1 with probability p(t_1),
+          # on rejection draw the token from p with t_1 removed (the residual); either way it is ~ p.
+
+        Why one round against t_1 decides among all the drafts: the token y is distributed as p
+        whatever the drafts, and the tree walk (`ladref.verify.verify_chosen`) keeps the draft
+        equal to y, if any (sibling tokens are distinct). So draft t_i is accepted with
+        probability p(t_i), no draft with 1 - sum_i p(t_i), and y = x with probability p(x): the
+        joint law of (token, accepted draft) of the multi-round rule, which tries t_1, t_2, .. in
+        turn, each an `accept_one` round with q = point_mass(t_i) against the residual the
+        previous rejection left (as `ladref.accept.accept_several`'s rounds do), here with one
+        uniform and at most one multinomial instead of a uniform per draft tried. Probabilities
+        are float64 on the CPU; the draws come from `generator`.
         """
-        q = self.probs(context, logits).clone()
-        for token in dict.fromkeys(int(t) for t in proposals):
-            mass = q.sum()
-            if torch.rand((), dtype=torch.float64, generator=self.generator) * mass < q[token]:
-                return token
-            q[token] = 0.0
-        return int(torch.multinomial(q / q.sum(), 1, generator=self.generator))
+        # 1. p: the (V,) float64 probabilities after the processor and the warp; the distinct drafts, in order.
+        p = self.probs(context, logits)
+        drafts = list(dict.fromkeys(int(t) for t in proposals))
+        # 2. No draft: one multinomial from p (as `accept_several` (p, p, []) draws).
+        if not drafts:
+            return int(torch.multinomial(p, 1, generator=self.generator))
+        # 3. Accept t_1 with probability p(t_1), else draw from p with t_1 removed: the token is ~ p.
+        return accept_one(p, point_mass(drafts[0], p.numel()), drafts[0], self.generator)[0]
 
 
 def check_generator(generator: object) -> None:

@@ -19,10 +19,12 @@ from strategies import (
 )
 
 from ladref import DraftTree, LookaheadConfig, LookaheadProposer, greedy_decode, jacobi_decode, lookahead_decode
-from ladref.proposer import merged_tree
+from ladref.call import DecodeCall
+from ladref.proposer import merged_tree, step_needs
 from ladref.results import DecodeStats
 from ladref.runner import ModelRunner
-from ladref.step import draft_step
+from ladref.sampling import SamplingChooser, Warp
+from ladref.step import draft_step, run_drafting
 
 pytestmark = pytest.mark.task1_4
 RECORDED = Path(__file__).parent / "data" / "lookahead_v0_2.json"
@@ -149,19 +151,52 @@ def test_lookahead_output_is_greedy(arch, vocab, seed, data, config, max_new_tok
     assert max(stats.forward_tokens_per_step) <= config.max_step_tokens()
 
 
+class ZeroTwoChooser(SamplingChooser):
+    """ladref 0.2.0's chooser, kept by the tests to replay the draws it recorded: SamplingChooser's
+    multi-round rule for deterministic drafts, which the library's chooser now replaces by
+    `ladref.accept.accept_one` against the first draft (the same law, fewer draws)."""
+
+    def choose(self, context, logits, proposals):
+        # for the distinct drafts t_1, t_2, .. in order: accept t_i with probability q(t_i) / sum(q) (q = p at first);
+        # on rejection zero q(t_i) and try t_{i+1};
+        # when every draft is rejected, draw the token from q renormalised.
+        q = self.probs(context, logits).clone()
+        for token in dict.fromkeys(int(t) for t in proposals):
+            mass = q.sum()
+            if torch.rand((), dtype=torch.float64, generator=self.generator) * mass < q[token]:
+                return token
+            q[token] = 0.0
+        return int(torch.multinomial(q / q.sum(), 1, generator=self.generator))
+
+
+def lookahead_replayed(model, prompt, max_new_tokens, config, eos, chooser):
+    """`lookahead_decode` for one prompt with `chooser` verifying: its loop, `run_drafting`, run in one
+    `DecodeCall` as `ladref.decoders.draft.decode_with_proposers` runs it."""
+    proposers, extent = [LookaheadProposer(config)], config.step_extent()
+    call = DecodeCall.begin(model, prompt, max_new_tokens, step_needs(proposers, extent).reach, {"eos_token_id": eos})
+    run_drafting(call.runner, call.prompt, proposers, call.sink, call.stats, chooser, call.position_limit, max_depth=extent)
+    return call.finish("lookahead")
+
+
 @pytest.mark.parametrize("case", range(80), ids=lambda i: f"case{i}")
 def test_same_tokens_and_steps_as_before_the_draft_tree(case):
     """Recorded with ladref 0.2.0, whose verification branch fed G flat candidate rows: merging
     them into a trie and running Jacobi decoding through the same tree step changed no token and
-    no step, greedy or sampled (same draws from the same seed)."""
+    no step, greedy or sampled.
+
+    The 60 greedy cases run `lookahead_decode`. The 20 sampled ones replay 0.2.0's draws through
+    the test kit's chooser, `ZeroTwoChooser` (0.2.0's rule), in lookahead_decode's own loop, so the
+    step and the tree walk stay pinned draw for draw; the library's chooser, which draws
+    differently with the same law, is checked by law in tests/test_sampling.py."""
     c = json.loads(RECORDED.read_text())["cases"][case]
     model = build_tiny(c["arch"], c["vocab"], c["seed"])
     eos = [] if c["eos"] is None else c["eos"]
-    options = dict(config=LookaheadConfig(**c["config"]), eos_token_id=eos)
+    config = LookaheadConfig(**c["config"])
     if c["sample"]:
-        options.update(do_sample=True, temperature=c["sample"]["temperature"],
-                       generator=torch.Generator().manual_seed(c["sample"]["seed"]))
-    result = lookahead_decode(model, c["prompt"], c["max_new_tokens"], **options)
+        chooser = ZeroTwoChooser(Warp(c["sample"]["temperature"]), torch.Generator().manual_seed(c["sample"]["seed"]))
+        result = lookahead_replayed(model, c["prompt"], c["max_new_tokens"], config, eos, chooser)
+    else:
+        result = lookahead_decode(model, c["prompt"], c["max_new_tokens"], config=config, eos_token_id=eos)
     assert (result.token_ids, result.stats.accepted_per_step) == (c["tokens"], c["accepted_per_step"])
     jacobi = jacobi_decode(model, c["prompt"], c["max_new_tokens"], block_size=c["jacobi_block_size"], eos_token_id=eos)
     assert (jacobi.token_ids, jacobi.stats.accepted_per_step) == (c["jacobi_tokens"], c["jacobi_accepted_per_step"])

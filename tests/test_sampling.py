@@ -191,25 +191,75 @@ def test_sampling_arguments_are_validated():
 
 
 def test_sampling_chooser_draws_as_the_accept_rule_with_a_point_mass():
-    """`SamplingChooser.choose` with one distinct draft d is `ladref.accept.accept_one` with q =
-    point_mass(d), draw for draw (a uniform, then a multinomial on rejection), and with none it is
+    """`SamplingChooser.choose` with distinct drafts t_1, t_2, .. is `ladref.accept.accept_one` with
+    q = point_mass(t_1), draw for draw (a uniform, then a multinomial on rejection), however many
+    drafts follow t_1 (one draft, a repeated one, several distinct ones), and with none it is
     `accept_several` with no draft (one multinomial from p): the same generator state gives the same
     token and leaves the generators in the same state. Changing either rule alone breaks this."""
     from ladref.accept import accept_one, accept_several, point_mass
 
     cases = torch.Generator().manual_seed(3)
-    for i in range(400):
+    for i in range(500):
         V = int(torch.randint(2, 12, (), generator=cases))
         logits = torch.randn(V, dtype=torch.float64, generator=cases) * 3
         warp = Warp(top_k=int(torch.randint(1, V + 1, (), generator=cases)))  # some drafts have p(d) = 0
-        d = int(torch.randint(0, V, (), generator=cases))
-        proposals = [[], [d], [d, d]][i % 3]  # a repeated draft is tried once
+        d, *others = torch.randperm(V, generator=cases)[:int(torch.randint(2, V + 1, (), generator=cases))].tolist()
+        # a repeated draft is tried once; several distinct drafts: one round against the first
+        proposals = [[], [d], [d, d], [d, *others], [d, others[0], d, *others]][i % 5]
         ours, theirs = torch.Generator().manual_seed(i), torch.Generator().manual_seed(i)
         p = SamplingChooser(warp).probs([], logits)
         token = SamplingChooser(warp, ours).choose([], logits, proposals)
         expected = accept_one(p, point_mass(d, V), d, theirs)[0] if proposals else accept_several(p, p, [], theirs)[0]
         assert token == expected, (i, p, proposals)
         assert torch.equal(torch.rand(2, generator=ours), torch.rand(2, generator=theirs)), i  # the same draws made
+
+
+FIRST_P = torch.tensor([0.05, 0.2, 0.05, 0.15, 0.05, 0.3, 0.1, 0.1], dtype=torch.float64)  # p at the root
+SIBLINGS = [5, 1, 3]  # three distinct drafts at the root, tried in this order: p(t_i) = 0.3, 0.2, 0.15
+
+
+class FirstDraftTwice(SamplingChooser):
+    """Biased: the first draft is accepted with probability min(1, 2 p(t_1)), else the token is
+    drawn from p with t_1 removed (no draft: from p)."""
+
+    def choose(self, context, logits, proposals):
+        p = self.probs(context, logits)
+        if not proposals:
+            return int(torch.multinomial(p, 1, generator=self.generator))
+        first = int(proposals[0])
+        if torch.rand((), dtype=torch.float64, generator=self.generator) < min(1.0, 2 * float(p[first])):
+            return first
+        rest = p.clone()
+        rest[first] = 0
+        return int(torch.multinomial(rest / rest.sum(), 1, generator=self.generator))
+
+
+def _root_choices(chooser, draws: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Over `draws` tree walks from a root whose children are `SIBLINGS`: counts of the first token
+    emitted (V,) and of the draft accepted (k + 1,: the index of the accepted sibling, k for none)."""
+    tree = DraftTree.from_paths([[t] for t in SIBLINGS], "s")
+    node_logits = torch.zeros(len(tree), len(FIRST_P), dtype=torch.float64)
+    tokens, accepted = torch.zeros(len(FIRST_P), dtype=torch.long), torch.zeros(len(SIBLINGS) + 1, dtype=torch.long)
+    for _ in range(draws):
+        verdict = verify_chosen(tree, FIRST_P.log(), node_logits, chooser.choose, [0])
+        tokens[int(verdict.tokens[0])] += 1
+        accepted[verdict.path[0] if verdict.path else len(SIBLINGS)] += 1
+    return tokens, accepted
+
+
+def test_several_drafts_accepted_with_their_own_probability_through_the_walk():
+    """With k = 3 distinct drafts at a node, the token emitted is ~ p and draft t_i is the one the
+    walk accepts with probability p(t_i) (none: 1 - sum_i p(t_i)), as under the multi-round rule;
+    a rule biased toward the first draft fails both tests."""
+    p = FIRST_P
+    which = torch.cat([p[SIBLINGS], 1 - p[SIBLINGS].sum()[None]])
+    tokens, accepted = _root_choices(SamplingChooser(Warp(), torch.Generator().manual_seed(17)), 4000)
+    assert accepted[:-1].sum() > 2000  # drafts were accepted: the walk descended
+    assert chi_square_p(tokens, p) > ALPHA
+    assert chi_square_p(accepted, which) > ALPHA
+    tokens, accepted = _root_choices(FirstDraftTwice(Warp(), torch.Generator().manual_seed(17)), 4000)
+    assert chi_square_p(tokens, p) < ALPHA
+    assert chi_square_p(accepted, which) < ALPHA
 
 
 def test_tree_walk_with_argmax_equals_greedy_verification():

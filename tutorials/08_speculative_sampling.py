@@ -20,8 +20,8 @@
 #    its exact joint law by histogram;
 # 2. proves in two lines why the law is preserved, and shows a plausible bug break it;
 # 3. tries several drafts, the children of a tree node (`ladref.accept.accept_several`);
-# 4. treats lookahead decoding's deterministic n-gram drafts as q = a point mass, which is the
-#    rule `ladref.sampling.SamplingChooser` applies;
+# 4. treats lookahead decoding's deterministic n-gram drafts as q = a point mass: the rule
+#    `ladref.sampling.SamplingChooser` verifies with (it calls `accept_one`);
 # 5. checks, on a tiny model, that sampled lookahead decoding and plain sampling (`sample_decode`)
 #    give the same token frequencies.
 
@@ -194,9 +194,9 @@ plt.show()
 #
 # Lookahead decoding's n-grams are not sampled from any q: they are fixed by the past. That is the
 # case q = one-hot(d) (`point_mass`): d is accepted with probability min(1, p(d) / 1) = p(d), and the
-# residual max(0, p - one-hot(d)) is p with d removed, renormalised. That is exactly the rule of
-# `SamplingChooser`, ladref's chooser for sampled verification (docs/sampling.md): with the same
-# seed, the two draw the same tokens.
+# residual max(0, p - one-hot(d)) is p with d removed, renormalised. `SamplingChooser`, ladref's
+# chooser for sampled verification (docs/sampling.md), runs exactly this: `accept_one` with
+# q = `point_mass` (d), so with the same seed the two draw the same tokens.
 
 # %%
 ours, theirs, scores_gen = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
@@ -210,10 +210,13 @@ print(f"accept_one with q = point_mass(d) and SamplingChooser drew the same toke
 print("residual of p against point_mass(0):", [round(v, 3) for v in residual(p, point_mass(0, V)).tolist()])
 
 # %% [markdown]
-# With several distinct n-gram drafts d_1, .., d_m at a position, `SamplingChooser` runs one such
-# round per draft, each against the residual left by the previous rejections, which are each p
-# with the rejected drafts removed. So some draft is accepted with probability p(d_1) + .. + p(d_m):
-# deterministic drafts pay off exactly as much as the model's mass on them. That is why the
+# With several distinct n-gram drafts d_1, .., d_m at a position, `SamplingChooser` still runs one
+# round, against d_1: the token y it emits is ~ p whatever the drafts, and the tree walk
+# (`ladref.verify.verify_chosen`) descends into the child whose token is y, whichever draft that
+# is. So draft d_i is accepted with probability p(d_i), and some draft with probability
+# p(d_1) + .. + p(d_m): the law of running one round per draft, each against the residual the
+# previous rejections left (p with the rejected drafts removed), with fewer draws. Deterministic
+# drafts pay off exactly as much as the model's mass on them. That is why the
 # lookahead window keeps proposing its greedy (most likely) n-grams when sampling: the argmax is
 # the single token with the most mass.
 #
@@ -281,8 +284,8 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# The two samplers draw different random numbers (a uniform per draft tried, a multinomial on
-# rejection, against one multinomial per token), so their outputs differ sample by sample; only the
+# The two samplers draw different random numbers (a uniform per position with drafts, a
+# multinomial on rejection, against one multinomial per token), so their outputs differ sample by sample; only the
 # distributions agree, and the tests above cannot tell them apart. `tests/test_sampling.py`
 # checks the same thing with more draws and with negative controls; `tests/test_accept.py`
 # checks `accept_one` and `accept_several` against their exact laws.

@@ -1,14 +1,19 @@
 """Sampling for every row of a batch at once: plain draws, and the verification of fed draft nodes.
 
-`BatchSampler.verify` gives every row what `ladref.verify.verify_chosen` walking its fed nodes with
-`ladref.sampling.SamplingChooser.choose` gives, without a walk: every accept draw is made at once.
+`BatchSampler.verify` gives every row the law that `ladref.verify.verify_chosen` walking its fed
+nodes with `ladref.sampling.SamplingChooser.choose` gives, without a walk: every accept draw is made
+at once, by the multi-round rule for deterministic drafts (the siblings tried in turn, each
+against the residual the earlier rejections left).
   # draw u_i per fed node i; S_i: the mass, under q at i's parent, of i's earlier fed siblings;
   # i is chosen iff u_i (1 - S_i) < q(t_i) and no earlier sibling is (its parent's first accepted draft);
   # the path descends through chosen nodes; where it stops, y ~ q there with its children's tokens zeroed.
-Same law as the walk: sibling tokens are distinct (a trie), so 1 - S_i is the residual mass the
-chooser holds when it tries t_i, and each try reads its own independent uniform; drawing the
-uniforms of tries the walk never reaches (later siblings, nodes off the path) changes nothing.
-Every emitted token is therefore distributed as ordinary sampling's (docs/sampling.md).
+Sibling tokens are distinct (a trie), so 1 - S_i is the residual mass left when t_i is tried, and
+each try reads its own independent uniform; drawing the uniforms of tries the multi-round walk
+never reaches (later siblings, nodes off the path) changes nothing. So sibling i is chosen with
+probability q(t_i), no sibling with 1 - sum_i q(t_i), and the token emitted at the node is ~ q:
+the law of the chooser's walk, whose single `ladref.accept.accept_one` round against the first
+sibling emits a token ~ q and descends into the sibling it equals (the same law, not the same
+draws). Every emitted token is therefore distributed as ordinary sampling's (docs/sampling.md).
 """
 
 from __future__ import annotations
