@@ -55,8 +55,7 @@ def forward_logits(model: torch.nn.Module, facts: ModelFacts, inputs: Mapping[st
     ``h @ W^T`` with few rows as one matrix-vector product per row, each reading the whole head
     (SmolLM2-135M's 49152 x 576 on 2 threads: 18 ms for 4 rows as ``F.linear``, 5 ms as W @ h^T;
     20 against 14 ms for 16; ``benchmarks/archive/step_breakdown/head_gemm.log``). A pass of one
-    row, a greedy step's, keeps the model's own head, whose linear layer `linear_scope` computes
-    as W @ [h; 0]^T like the others (a matrix-vector product reads W at about a third of the speed).
+    row, a greedy step's, keeps the model's own head and torch's own linear layers.
 
     Args:
         inputs: the model's keyword arguments (input_ids (B, Q), position_ids, mask, cache).

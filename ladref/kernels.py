@@ -12,11 +12,11 @@ as one matrix-vector product per row, each reading all of W, and 4 to 16 rows at
 the memory bandwidth, while the same product taken as W @ x^T reads W once at full speed
 (benchmarks/archive/step_breakdown/head_gemm.log); a whole pass gains, unevenly, up to 8 rows, and
 from 10 to 15 rows W @ x^T is the slower (benchmarks/archive/step_breakdown/wide_rows/). One row is a
-matrix-vector product however it is written, and that reads W at about a third of the speed too,
-once W is out of the caches (as a model's weights are): so one row is taken as W @ [x; 0]^T, two
-columns, the second zero (benchmarks/archive/step_breakdown/one_row/). A pass of `SMALL_ROWS` rows
-therefore runs inside `linear_scope`, which computes every linear layer that way. This module only
-uses torch.
+matrix-vector product however it is written, and is left to torch: taken as W @ [x; 0]^T (two
+columns, the second zero) it was faster on one machine (step_breakdown/one_row/) and slower on two
+others, quiet, under the measurement protocol (step_breakdown/kernels_ab.log, one_row_ab.log). A
+pass of `SMALL_ROWS` rows therefore runs inside `linear_scope`, which computes every linear layer
+that way. This module only uses torch.
 """
 
 from __future__ import annotations
@@ -35,11 +35,9 @@ KERNELS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH,
 AUTO_KERNELS = {"cuda": ("efficient", "math"), "cpu": ("flash", "math")}
 MASKED_KERNELS = {"cuda": ("efficient", "cudnn", "math"), "cpu": ("flash", "math")}
 # the rows (B x q) of a CPU pass whose linear layers run as W @ x^T (`linear_scope`); measured faster there,
-# net of the scope's own cost (step_breakdown/linears_ab.log; one row: one_row/; 6-16 rows: wide_rows/, 10-15 slower)
-SMALL_ROWS = range(1, 9)
-# one row's W @ [x; 0]^T pays only for a W the caches do not hold (256 KiB in float32 and up): a W read
-# again and again took as long either way (head_gemm.log), and a tiny model's FLOPs stay those it computes
-ONE_ROW_MIN_WEIGHTS = 1 << 16
+# net of the scope's own cost (step_breakdown/linears_ab.log; 6-16 rows: wide_rows/, 10-15 slower); one row as
+# W @ [x; 0]^T: one-prompt greedy ran 1.07x faster without it (one_row_ab.log, kernels_ab.log), so a one-row pass is torch's
+SMALL_ROWS = range(2, 9)
 
 
 def check_attention_backend(choice: object) -> None:
@@ -101,10 +99,7 @@ class SmallRowLinears(TorchFunctionMode):
 
 
 def small_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, for x of `SMALL_ROWS` rows computed as (W @ x^T)^T, contiguous;
-    one row as W @ [x; 0]^T, whose first column it keeps (a product of two columns is a matrix
-    product, which reads W at full speed; one column is a matrix-vector product, which does not),
-    for a W of `ONE_ROW_MIN_WEIGHTS` elements or more.
+    """``F.linear(x, weight, bias)``, for x of `SMALL_ROWS` rows computed as (W @ x^T)^T, contiguous.
 
     Args:
         x: (..., K) inputs, R rows in all; weight: (N, K) W; bias: (N,) or None.
@@ -113,12 +108,9 @@ def small_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         (..., N): equal to ``F.linear`` up to the rounding of another summation order.
     """
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    if weight.dim() != 2 or rows not in SMALL_ROWS or (rows == 1 and weight.numel() < ONE_ROW_MIN_WEIGHTS):
+    if weight.dim() != 2 or rows not in SMALL_ROWS:
         return F.linear(x, weight, bias)
-    flat = x.reshape(rows, -1)  # (R, K)
-    if rows == 1:
-        flat = torch.cat([flat, flat.new_zeros(flat.shape)])  # (2, K): [x; 0]
-    out = (weight @ flat.T)[:, :rows].T.contiguous()  # (R, N); left transposed, the layers after it run slower
+    out = (weight @ x.reshape(rows, -1).T).T.contiguous()  # (R, N); left transposed, the layers after it run slower
     out = out.reshape(*x.shape[:-1], weight.shape[0])
     return out if bias is None else out + bias
 

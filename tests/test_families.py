@@ -85,7 +85,7 @@ def test_a_pass_of_several_rows_computes_the_head_and_linears_as_the_model_does(
         return forward_logits(model, facts, inputs, keep)
 
     plain = dataclasses.replace(facts, own_head=False, small_linears=False)  # as generate() computes them
-    # passes of 7, 4, 4, 14 and 1 rows: the linears as W @ x^T in those of `SMALL_ROWS`, the head as W @ h^T from 2 kept rows
+    # passes of 7, 4, 4, 14 and 1 rows: the linears as W @ x^T in those of `SMALL_ROWS` (2-8), the head as W @ h^T from 2 kept rows
     for batch, q, keep in [(1, 7, torch.tensor([0, 3, 6])), (2, 2, None), (1, 4, torch.tensor([3])), (2, 7, torch.tensor([6])),
                            (1, 1, None)]:
         own, theirs = logits(facts, batch, q, keep), logits(plain, batch, q, keep)

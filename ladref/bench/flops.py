@@ -226,8 +226,7 @@ def measure_forward_flops(model: torch.nn.Module, new_tokens: int, context: int,
     Fills the KV cache with `context` arbitrary tokens (not counted), then counts a pass over
     `new_tokens` more with `logits` logits kept (default all). Use an eager-attention model:
     fused SDPA kernels may not be counted on every device. The pass computes its linear layers as
-    the model's modules do (`F.linear`): ladref's CPU product for one row, W @ [x; 0]^T
-    (`ladref.kernels.linear_scope`), would count its zero column too.
+    the model's modules do (`F.linear`), outside `ladref.kernels.linear_scope`.
 
     Returns:
         The counted FLOPs, to compare with `forward_flops`.

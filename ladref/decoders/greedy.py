@@ -21,9 +21,8 @@ def run_greedy(runner: Runner, prompt: torch.Tensor, sink: TokenSink, stats: Dec
     The whole prompt goes in one pass whose last logits give the first token (`prefill_whole`),
     then each pass feeds the last token under the model's own causal mask: the same split of the
     computation as transformers' ``generate(do_sample=False)``, so that in float16 / bfloat16
-    the oracle also rounds as generate() rounds. (On a CPU in float32 / float64 a one-token pass
-    computes its linear layers as W @ [x; 0]^T, `ladref.kernels.linear_scope`: the same values
-    up to the rounding of another summation order, at about 0.7x the time.)
+    the oracle also rounds as generate() rounds. (A one-token pass runs the model's own linear
+    layers and head: ladref's CPU products start at two rows, `ladref.kernels.SMALL_ROWS`.)
 
     Args:
         runner: a `ModelRunner`, or a `StaticRunner` (the compiled greedy baseline).
