@@ -11,13 +11,14 @@ content after the adds is the C most recently added distinct continuations among
 what was added (a list of C entries that moves each added item to its front holds exactly its C most recently added items), an
 n-gram added again taking its latest time. Every added n-gram's key is rebuilt from those
 candidates at once; adds sharing a key rebuild it to the same content, so their writes agree.
+A step's W adds compare every pair of a key's candidates (few ops); a prompt's n-grams are merged
+by sorting (`BatchPool.merge`), in one round, whatever the prompt's length.
 """
 
 from __future__ import annotations
 
 import torch
-
-CHUNK = 32  # the n-grams of a prompt added per round when the pool is seeded
+import torch.nn.functional as F
 
 
 class BatchPool:
@@ -63,13 +64,48 @@ class BatchPool:
         self.clock.add_(m)  # in place
 
     def seed(self, text: torch.Tensor, length: torch.Tensor) -> None:
-        """Add every n-gram of each row's text (its first ``length[b]`` tokens), in order, `CHUNK` at a time."""
+        """Add every n-gram of each row's text (its first ``length[b]`` tokens), in order, at once (`merge`)."""
         n = self.ngram_size
         last = text.shape[1] - n + 1  # n-grams that fit the (B, X) text
-        for start in range(0, max(last, 0), CHUNK):
-            i = torch.arange(start, min(start + CHUNK, last), device=text.device)
+        if last > 0:
+            i = torch.arange(last, device=text.device)
             grams = text[:, i[:, None] + torch.arange(n, device=text.device)]  # (B, m, N)
-            self.add(grams[..., 0], grams[..., 1:], i + n <= length[:, None])
+            self.merge(grams[..., 0], grams[..., 1:], i + n <= length[:, None])
+
+    def merge(self, keys: torch.Tensor, rest: torch.Tensor, valid: torch.Tensor) -> None:
+        """`add` by sorting, for a prompt's many n-grams: O(B L log L) for L = m (C + 1) candidates,
+        where `add` compares every pair of a key's candidates, B m (C + m)^2. More ops for a few.
+
+        The candidates are every add's key's held continuations (a key of several adds appears as
+        often) and the adds. Sorted by (key, continuation), equal ones form a run that keeps its latest
+        copy; sorted again by (key, newest first), a key's C first are its new content.
+        """
+        rows, m = keys.shape
+        c, vocab, device = self.capacity, self.tokens.shape[1], keys.device
+        at = torch.arange(rows, device=device)[:, None]
+        stamp = torch.where(valid, self.clock + 1 + torch.arange(m, device=device), 0)  # (B, m)
+        stamps = torch.cat([self.stamps[at, keys].flatten(1), stamp], dim=1)  # (B, L), 0: absent
+        tokens = torch.cat([self.tokens[at, keys].long().flatten(1, 2), rest], dim=1)  # (B, L, N-1)
+        key = torch.where(stamps > 0, torch.cat([keys.repeat_interleave(c, dim=1), keys], dim=1), vocab)  # absent: last
+        # 1. sort by (key, continuation); a run of equal candidates keeps its first copy of its latest time
+        order = _lexsort([key, *tokens.unbind(-1)])
+        key, stamps, tokens = key.gather(1, order), stamps.gather(1, order), tokens[at, order]
+        change = (key.diff(dim=1) != 0) | (tokens.diff(dim=1) != 0).any(-1)
+        run = F.pad(change, (1, 0)).cumsum(1)  # (B, L)
+        latest = torch.zeros_like(stamps).scatter_reduce_(1, run, stamps, "amax").gather(1, run)
+        place = torch.arange(key.shape[1], device=device).expand_as(key)
+        first = torch.where((stamps == latest) & (stamps > 0), place, key.shape[1])
+        keep = place == torch.full_like(place, key.shape[1]).scatter_reduce_(1, run, first, "amin").gather(1, run)
+        # 2. sort by (key, newest first): each add's key's content is its run's first C places
+        stamps, key = torch.where(keep, stamps, 0), torch.where(keep, key, vocab)
+        order = _lexsort([key, -stamps])
+        key, stamps, tokens = key.gather(1, order), stamps.gather(1, order), tokens[at, order]
+        # (B, m C) each add's key's C places, all inside: what a key does not keep of its candidates is absent, sorted last
+        slots = (torch.searchsorted(key.contiguous(), keys.contiguous())[..., None] + torch.arange(c, device=device)).flatten(1)
+        held = (key.gather(1, slots) == keys.repeat_interleave(c, dim=1)) & (stamps.gather(1, slots) > 0)
+        self.tokens[at, keys] = tokens[at, slots].view(rows, m, c, -1).int()
+        self.stamps[at, keys] = torch.where(held, stamps.gather(1, slots), 0).view(rows, m, c)
+        self.clock.add_(m)  # in place
 
     def candidates(self, current: torch.Tensor, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's up to `limit` most recent continuations of its `current` token: (B, g, N-1) long
@@ -82,3 +118,11 @@ class BatchPool:
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep`."""
         self.tokens, self.stamps = self.tokens.index_select(0, keep), self.stamps.index_select(0, keep)
+
+
+def _lexsort(keys: list[torch.Tensor]) -> torch.Tensor:
+    """(B, L) long: the order sorting each row by `keys` ((B, L) each, the first the most significant), stable."""
+    order = torch.arange(keys[0].shape[1], device=keys[0].device).expand_as(keys[0])
+    for key in reversed(keys):
+        order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
+    return order
