@@ -86,7 +86,8 @@ class BatchPool:
         stamp = torch.where(valid, self.clock + 1 + torch.arange(m, device=device), 0)  # (B, m)
         stamps = torch.cat([self.stamps[at, keys].flatten(1), stamp], dim=1)  # (B, L), 0: absent
         tokens = torch.cat([self.tokens[at, keys].long().flatten(1, 2), rest], dim=1)  # (B, L, N-1)
-        key = torch.where(stamps > 0, torch.cat([keys.repeat_interleave(c, dim=1), keys], dim=1), vocab)  # absent: last
+        slot_keys = keys.repeat_interleave(c, dim=1)  # (B, m C): the key of each held slot
+        key = torch.where(stamps > 0, torch.cat([slot_keys, keys], dim=1), vocab)  # (B, L), the absent last
         # 1. sort by (key, continuation); a run of equal candidates keeps its first copy of its latest time
         order = _lexsort([key, *tokens.unbind(-1)])
         key, stamps, tokens = key.gather(1, order), stamps.gather(1, order), tokens[at, order]
@@ -102,7 +103,7 @@ class BatchPool:
         key, stamps, tokens = key.gather(1, order), stamps.gather(1, order), tokens[at, order]
         # (B, m C) each add's key's C places, all inside: what a key does not keep of its candidates is absent, sorted last
         slots = (torch.searchsorted(key.contiguous(), keys.contiguous())[..., None] + torch.arange(c, device=device)).flatten(1)
-        held = (key.gather(1, slots) == keys.repeat_interleave(c, dim=1)) & (stamps.gather(1, slots) > 0)
+        held = (key.gather(1, slots) == slot_keys) & (stamps.gather(1, slots) > 0)
         self.tokens[at, keys] = tokens[at, slots].view(rows, m, c, -1).int()
         self.stamps[at, keys] = torch.where(held, stamps.gather(1, slots), 0).view(rows, m, c)
         self.clock.add_(m)  # in place
