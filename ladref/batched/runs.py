@@ -6,7 +6,8 @@ answered from it, for every row at once: its smallest flagged slot (`first_in_ru
 merged path keeps) and how many flagged slots of it come before the slot (`earlier_in_run`, a
 node's rank among its siblings). A pairwise (B, n, n) test answers both too, at a cost that grows
 as B n^2: the wide merged proposals of a large batch (n = 111, B = 16) made it the largest host
-work of a step. The keys of token paths are their `path_code`.
+work of a step. The keys of token paths are their `path_code`; `lexsort` orders by several keys
+(the lookahead pool's `merge`).
 """
 
 from __future__ import annotations
@@ -60,3 +61,11 @@ def path_code(spelled: torch.Tensor) -> torch.Tensor:
     weights = (torch.arange(1, spelled.shape[-1] + 1, device=spelled.device) * 0x3C6EF372FE94F82B) ^ 0x1B873593
     weights = (weights ^ (weights >> 29)) * 0x2545F4914F6CDD1D  # a splitmix-like scramble of the column index
     return ((spelled + 3) * (weights ^ (weights >> 32))).sum(-1)
+
+
+def lexsort(keys: list[torch.Tensor]) -> torch.Tensor:
+    """(B, L) long: the order sorting each row by `keys` ((B, L) each, the first the most significant), stable."""
+    order = torch.arange(keys[0].shape[1], device=keys[0].device).expand_as(keys[0])
+    for key in reversed(keys):
+        order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
+    return order

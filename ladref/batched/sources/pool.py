@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..runs import lexsort
+
 
 class BatchPool:
     """n-grams of size N keyed by their first token, for B rows.
@@ -89,7 +91,7 @@ class BatchPool:
         slot_keys = keys.repeat_interleave(c, dim=1)  # (B, m C): the key of each held slot
         key = torch.where(stamps > 0, torch.cat([slot_keys, keys], dim=1), vocab)  # (B, L), the absent last
         # 1. sort by (key, continuation); a run of equal candidates keeps its first copy of its latest time
-        order = _lexsort([key, *tokens.unbind(-1)])
+        order = lexsort([key, *tokens.unbind(-1)])
         key, stamps, tokens = key.gather(1, order), stamps.gather(1, order), tokens[at, order]
         change = (key.diff(dim=1) != 0) | (tokens.diff(dim=1) != 0).any(-1)
         run = F.pad(change, (1, 0)).cumsum(1)  # (B, L)
@@ -99,7 +101,7 @@ class BatchPool:
         keep = place == torch.full_like(place, key.shape[1]).scatter_reduce_(1, run, first, "amin").gather(1, run)
         # 2. sort by (key, newest first): each add's key's content is its run's first C places
         stamps, key = torch.where(keep, stamps, 0), torch.where(keep, key, vocab)
-        order = _lexsort([key, -stamps])
+        order = lexsort([key, -stamps])
         key, stamps, tokens = key.gather(1, order), stamps.gather(1, order), tokens[at, order]
         # (B, m C) each add's key's C places, all inside: what a key does not keep of its candidates is absent, sorted last
         slots = (torch.searchsorted(key.contiguous(), keys.contiguous())[..., None] + torch.arange(c, device=device)).flatten(1)
@@ -120,10 +122,3 @@ class BatchPool:
         """Keep only the rows `keep`."""
         self.tokens, self.stamps = self.tokens.index_select(0, keep), self.stamps.index_select(0, keep)
 
-
-def _lexsort(keys: list[torch.Tensor]) -> torch.Tensor:
-    """(B, L) long: the order sorting each row by `keys` ((B, L) each, the first the most significant), stable."""
-    order = torch.arange(keys[0].shape[1], device=keys[0].device).expand_as(keys[0])
-    for key in reversed(keys):
-        order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
-    return order
