@@ -99,7 +99,7 @@ def test_the_runners_share_one_base():
         runner.empty()
         assert runner.past_len == 0
     assert eager.details() == ["sdpa=" + ("+".join(k.name.lower() for k in eager.kernels) if eager.kernels else "default"), "kv_heads=shared", "head=W@h^T",
-                               "linears=W@x^T(1-8)"]
+                               "linears=W@x^T(2-8)"]
     assert static.details()[1:] == ["kv_heads=shared", "span=used", "compile_mode=None", "max_length=16"] and (eager.max_length, eager.widths) == (None, None)
 
 
