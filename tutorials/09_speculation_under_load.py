@@ -117,7 +117,7 @@ print(f"KV cache: {KV_TOKEN} bytes per token; a row of 128 cached tokens: {128 *
 # reads bytes, so a one-token pass is bound by memory, and the tokens up to the ridge ride along
 # nearly free. Does this machine agree? `CostSurface.measure` times the very pass a batch's step
 # runs: B rows that each feed q tokens, B x q tokens in all, over 128 cached tokens per row (the
-# median of `repeats` passes). Timings on a shared CPU are noisy: a point out of line is more
+# fastest of `repeats` passes). Timings on a shared CPU are noisy: a point out of line is more
 # likely another program than the model.
 
 # %%

@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with --batch 1,2,3,4,6,8,12,16)")
     add("--kv-lengths", type=_ints, default=DEFAULT_KV_LENGTHS, metavar="KV,KV,...",
         help="--cost: KV-cache lengths to time at (default 128,512,1024)")
-    add("--repeats", type=int, default=5, help="--cost: timed passes per (q, kv), the median kept (default 5)")
+    add("--repeats", type=int, default=5, help="--cost: timed passes per (q, kv), the fastest kept (default 5)")
     add("--batch", type=_ints, default=None, metavar="B,B,...",
         help="with --cost: measure the surface t(q, kv, B) at these batch sizes (from 1); with a --dataset: the "
              "speculation-under-load benchmark at these batch sizes (ladref.bench.load)")
@@ -125,7 +125,7 @@ def run_cost(model, args: argparse.Namespace, meta: dict) -> int:
     cost, record = curve_rounds(lambda: CostModel.measure(model, widths, args.kv_lengths, args.repeats,
                                                           attention_backend=args.attention_backend, progress=show), cost_protocol())
     bar.close()
-    print(f"\nstep cost t(q, kv), median of {args.repeats} passes, the median of {len(record['rounds_s'])} measurements "
+    print(f"\nstep cost t(q, kv), fastest of {args.repeats} passes, the median of {len(record['rounds_s'])} measurements "
           f"({_said(record)}): {cost.label}\n")
     print("\n".join(cost_lines(cost)))
     device = model.device.type
@@ -169,7 +169,7 @@ def run_cost_surface(model, args: argparse.Namespace, meta: dict) -> int:
                                                                args.repeats, args.attention_backend,
                                                                progress=lambda done, total: bar.update(1)), cost_protocol())
     bar.close()
-    print(f"\nstep cost t(q, kv, B), median of {args.repeats} batched passes, the median of {len(record['rounds_s'])} "
+    print(f"\nstep cost t(q, kv, B), fastest of {args.repeats} batched passes, the median of {len(record['rounds_s'])} "
           f"measurements ({_said(record)}): {surface.label}\n")
     for kv in surface.kv_lengths:
         print("\n".join(surface_lines(surface, kv)))

@@ -9,7 +9,7 @@ t(q) grows within a few tokens (SmolLM2-135M on 2 cores: 4 tokens about 1.2x one
 draft that is likely to be accepted does. `relative` gives that ratio, `time` the seconds.
 
 `CostModel` is the table measured: t at each width q (`widths`, starting at 1) and KV length
-(`kv_lengths`), the median of a few timed passes. Between measured points it interpolates
+(`kv_lengths`), the fastest of a few timed passes. Between measured points it interpolates
 linearly (in q, then in kv). It refuses a q beyond the widest step measured (the curve can bend
 there: measure the widths you will feed), and beyond the KV lengths measured it uses the nearest
 length's times (no extrapolation of noisy differences: measure lengths spanning your decoding,
@@ -188,7 +188,7 @@ class CostModel:
             model: the transformers causal LM.
             widths: q values to time, from 1; default `default_widths` of the model's device.
             kv_lengths: KV lengths to time at, each >= 1.
-            repeats: timed passes per (q, kv); the median is kept.
+            repeats: timed passes per (q, kv); the fastest is kept.
             runner: a `ladref.runner.Runner` with an empty cache (``ModelRunner``, ``StaticRunner``);
                 default a new ``ModelRunner``.
             attention_backend: SDPA kernels of the default runner (`ladref.kernels.sdpa_backends`).

@@ -130,7 +130,7 @@ class CostSurface:
 
         Args:
             batches: B values, from 1; widths: q values, from 1; kv_lengths: each >= 1.
-            repeats: timed passes per (q, kv, B), the median kept.
+            repeats: timed passes per (q, kv, B), the fastest kept.
             progress: called after every pass with (passes done in this B, passes in this B).
         """
         facts = check_model(model)

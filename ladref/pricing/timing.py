@@ -8,7 +8,6 @@ runner), and `processor` the processor it ran on.
 from __future__ import annotations
 
 import platform
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ Progress = Callable[[int, int], None]  # (passes done, passes in all)
 
 def measure_steps(model: torch.nn.Module, runner: Runner, widths: Sequence[int], kv_lengths: Sequence[int], repeats: int,
                   progress: Progress | None = None) -> list[list[float]]:
-    """``seconds[i][j]``: median of `repeats` timed steps of width ``widths[j]`` at about ``kv_lengths[i]`` cached tokens.
+    """``seconds[i][j]``: the fastest of `repeats` timed steps of width ``widths[j]`` at about ``kv_lengths[i]`` cached tokens.
 
     As decoding pays them: the runner's own forward pass with a (q, q) causal mask sent the way a
     draft's mask is, every logit kept, fresh positions. The cache is prefilled once with
@@ -59,7 +58,12 @@ def _top(facts: ModelFacts, widths: Sequence[int], kv_lengths: Sequence[int], re
 def _run_plan(widths: Sequence[int], kv_lengths: Sequence[int], repeats: int, timed: Callable[[int, int], float],
               progress: Progress | None) -> list[list[float]]:
     """The plan both measurements run: ``timed(length, q)`` once per width at the prefilled length (untimed),
-    then the r-th timed pass of (q, kv) at length kv + r, widths interleaved, longest first; the medians."""
+    then the r-th timed pass of (q, kv) at length kv + r, widths interleaved, longest first; each cell's fastest.
+
+    The fastest, not the median: a busy moment only adds time, so the minimum is the pass undisturbed,
+    and the ratios t(q) / t(1) the policy prices with move less between measurements (SmolLM2-135M,
+    2 CPU threads, B = 1, 4, 12, three measurements of 3 passes a cell: 0.21 against the median's
+    0.24, mean spread of t(q) / t(1) for q = 2-12; `benchmarks/archive/cost_spread/`)."""
     top = max(kv_lengths) + repeats
     plan = [(top, None)] + sorted(((kv + r, i) for i, kv in enumerate(kv_lengths) for r in range(repeats)), reverse=True)
     samples = [[[] for _ in widths] for _ in kv_lengths]
@@ -72,7 +76,7 @@ def _run_plan(widths: Sequence[int], kv_lengths: Sequence[int], repeats: int, ti
             done += 1
             if progress is not None:
                 progress(done, total)
-    return [[statistics.median(times) for times in row] for row in samples]
+    return [[min(times) for times in row] for row in samples]
 
 
 def _clocked(device: torch.device, step: Callable[[], object]) -> float:
@@ -122,7 +126,7 @@ def processor(device: torch.device) -> str:
 def measure_batch_steps(model: torch.nn.Module, facts: ModelFacts, batch: int, widths: Sequence[int], kv_lengths: Sequence[int],
                         repeats: int, kernels: tuple | None = None, progress: Progress | None = None) -> list[list[float]]:
     """As `measure_steps`, for a batch of `batch` rows that each feed q tokens over kv cached ones:
-    ``seconds[i][j]``, the median time of one batched forward pass (B, q) at about ``kv_lengths[i]``.
+    ``seconds[i][j]``, the fastest time of one batched forward pass (B, q) at about ``kv_lengths[i]``.
 
     The pass is the one a batch's step runs (`ladref.head.batch_forward`: a shared cache of B rows,
     `new_cache`, and a (B, 1, q, kv + q) additive mask); between passes the cache is cut back
