@@ -210,3 +210,13 @@ def test_a_curve_is_measured_in_protocol_rounds_and_one_that_never_settles_is_fl
     # negative control: a CPU share no measurement reaches disturbs every round: the most rounds, flagged
     surface, busy = curve_rounds(lambda: CostSurface.measure(model, (1, 2), (1, 2), (4,), repeats=1), Protocol(max_rounds=3, min_share=5.0))
     assert busy["flagged"] and busy["disturbed"] == [True] * 3 and surface.batches == (1, 2)
+
+
+def test_a_cells_figure_is_its_fastest_pass():
+    """A busy moment only adds time: each (q, kv) keeps its fastest timed pass, not the median, and
+    the untimed first pass per width (one-off work) counts for nothing."""
+    from ladref.pricing.timing import _run_plan
+
+    busy = {(13, 1): 50.0, (12, 1): 9.0, (11, 1): 8.0}  # the untimed pass and two of q = 1's three are disturbed
+    seconds = _run_plan((1, 2), (10,), 3, lambda length, q: busy.get((length, q), q + length / 1000), None)
+    assert seconds == [[pytest.approx(1.010), pytest.approx(2.010)]]
