@@ -28,6 +28,7 @@ from ..pricing.surface import CostSurface
 from .acceptance import Acceptance
 from .drafts import Merged
 from .prices import BatchPrices, Pass
+from .runs import lexsort
 from .source import Outcome
 from .state import BatchState
 
@@ -126,8 +127,7 @@ class BatchPolicy:
         own = torch.where(merged.drafts.valid, self.acceptance.values(merged, key, first), 0.0)
         value = exclusive(merged, torch.zeros_like(own).scatter_reduce_(1, merged.canonical, own, "amax"))
         value = torch.where(merged.kept, value, -1.0)
-        by_depth = torch.argsort(merged.depth, dim=1, stable=True)  # ties: the shallower, then the earlier node first
-        order = by_depth.gather(1, torch.argsort(-value.gather(1, by_depth), dim=1, stable=True))
+        order = lexsort([-value, merged.depth])  # ties: the shallower, then the earlier node first
         expected = torch.cat([torch.zeros_like(value[:, :1]), value.gather(1, order).clamp(min=0).cumsum(1)], dim=1)  # (B, n + 1)
         live = ~state.done
         others, floor = self.load(live)

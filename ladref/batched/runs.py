@@ -7,7 +7,7 @@ merged path keeps) and how many flagged slots of it come before the slot (`earli
 node's rank among its siblings). A pairwise (B, n, n) test answers both too, at a cost that grows
 as B n^2: the wide merged proposals of a large batch (n = 111, B = 16) made it the largest host
 work of a step. The keys of token paths are their `path_code`; `lexsort` orders by several keys
-(the lookahead pool's `merge`).
+(the lookahead pool's `merge`, the policy's nodes by value).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def path_code(spelled: torch.Tensor) -> torch.Tensor:
 
 def lexsort(keys: list[torch.Tensor]) -> torch.Tensor:
     """(B, L) long: the order sorting each row by `keys` ((B, L) each, the first the most significant), stable."""
-    order = torch.arange(keys[0].shape[1], device=keys[0].device).expand_as(keys[0])
-    for key in reversed(keys):
+    order = keys[-1].sort(dim=1, stable=True).indices  # the least significant first
+    for key in reversed(keys[:-1]):
         order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
     return order
