@@ -2,7 +2,7 @@
 command at a committed checkout, and the tables the docs and README show, generated from them.
 
 Usage:
-    python benchmarks/current.py run                  # every benchmark, in order (about 70 minutes on 2 cores)
+    python benchmarks/current.py run                  # every benchmark, in order (about 80 minutes on 2 cores)
     python benchmarks/current.py run specbench load   # some of them
     python benchmarks/current.py run --force ...      # on a machine the probe finds busy: every result stamped so
     python benchmarks/current.py render               # each folder's summary.md, the headline block, README's copy
@@ -45,7 +45,7 @@ STAGES: dict[str, tuple[int, list[str]]] = {
     "specbench": (21, ["--dataset", "specbench", "--limit", "4", "--max-new-tokens", "64", "--threads", "2",
                        "--method", "generate,hf_plookup,prompt_lookup,lookahead,recycling_warm,suffix,adaptive",
                        "--config", "4/4/4"]),
-    "load": (7, ["--dataset", "specbench", "--limit", "2", "--batch", "1,4,12", "--method", "greedy,adaptive",
+    "load": (14, ["--dataset", "specbench", "--limit", "3", "--batch", "1,4,12,16", "--method", "greedy,adaptive",
                  "--max-new-tokens", "64", "--lookup-tokens", "4", "--threads", "2"]),
     "multi": (3, ["--multi-request", "humaneval", "--limit", "6", "--max-new-tokens", "96", "--threads", "2"]),
     "cost": (6, ["--cost", "--threads", "2", "--repeats", "3", "--kv-lengths", "128,1024"]),

@@ -224,3 +224,19 @@ def test_the_gate_decides_again_as_rows_leave():
     assert result.token_ids == greedy(model, batch, budgets)
     fed = result[0].stats.forward_tokens_per_step
     assert fed[:3] == [1, 1, 1] and max(fed[3:]) > 1 and calls["choose"] > 3
+
+
+def test_where_only_the_learned_rates_close_the_gate_it_still_proposes_now_and_then():
+    """Rates learn only from proposals: where the learned rates say no draft pays but a node worth a
+    whole token would, the policy proposes after 1, 2, 4, ... noes (at most `explore`), again every
+    step once the rates say yes; where even a whole token a node would not pay, never."""
+    surface = CostSurface.roofline(0.01, 0.0015)  # 4 rows: a 2-token step costs 1.2 plain ones
+    policy = BatchPolicy(surface, 4, ["prompt_lookup"], 4, PolicySettings(explore=16))
+    low, high = [HOPE, HOPE // 20] + [HOPE // 10] * 4, [HOPE, HOPE // 20] + [HOPE] * 4
+    kv = surface.kv_lengths[0]
+    answers = [policy.may_draft(4, kv, None, low) for _ in range(50)]
+    assert [i + 1 for i, yes in enumerate(answers) if yes] == [1, 3, 7, 15, 31, 47]
+    assert all(policy.may_draft(4, kv, None, high) for _ in range(3)) and policy.may_draft(4, kv, None, low)  # 1 again
+    assert all(policy.may_draft(4, kv, None, low[:2]) for _ in range(3))  # no rates: a whole token a node, which pays
+    steep = BatchPolicy(STEEP, 4, ["prompt_lookup"], 4)
+    assert not any(steep.may_draft(4, kv, None, low) for _ in range(40))

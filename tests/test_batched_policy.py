@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -13,7 +14,8 @@ from strategies import tiny_model
 from ladref import DraftTree, greedy_decode
 from ladref.batched.drafts import Drafts, ancestor_table, merge
 from ladref.batched.loop import decode_batch
-from ladref.batched.policy import BatchPolicy
+from ladref.batched.policy import HOPE, BatchPolicy
+from ladref.batched.prices import worth
 from ladref.batched.sources.jacobi import BatchJacobi
 from ladref.batched.state import BatchState
 from oracle_policy import DraftPolicy, Load
@@ -97,3 +99,49 @@ def test_a_batchs_policy_judges_its_proposals_as_the_texts_grow(captured):
     assert accepted > 10 and float(acceptance.reached.mean()) > float(prior.reached.mean())  # judged (a row each, finished rows gone): reached and ...
     assert float(acceptance.accepted.mean()) > float(prior.accepted.mean())  # ... right nodes counted
     assert float(acceptance.matched.mean()) > float(prior.matched.mean())  # the probes' tally too
+
+
+def test_worth_is_the_most_b_nodes_can_be_worth():
+    """`worth` against every way of spreading b nodes over the depths: a node d deep worth at most the
+    product of the first d levels, one depth's nodes at most 1 together."""
+    import itertools
+
+    rng = random.Random(0)
+    for _ in range(200):
+        levels = [rng.choice([0.0, 0.05, 0.2, 1 / 3, 0.5, 0.9, 1.0]) for _ in range(rng.randint(1, 4))]
+        most = rng.randint(0, 7)
+        reach = [math.prod(levels[: d + 1]) for d in range(len(levels))]
+        brute = [max(sum(min(1.0, n * r) for n, r in zip(split, reach))
+                     for split in itertools.product(range(b + 1), repeat=len(levels)) if sum(split) == b) for b in range(most + 1)]
+        assert worth(levels, most) == pytest.approx(brute)
+
+
+def test_where_the_learned_rates_say_no_draft_pays_the_choice_feeds_none():
+    """`may_draft` on the rates a batch learned (its `hope`) is a bound: where it says no, `choose`
+    feeds no node and no window in any row, whatever was proposed; and it says no where a whole token
+    a node would say yes."""
+    rng, closed = random.Random(1), 0
+    for _ in range(150):
+        rows, cells = rng.randint(1, 4), rng.choice([None, 3, 8])
+        surface = CostSurface.roofline(0.01, rng.choice([0.004, 0.0015, 0.0006]))
+        trees = [[random_trie(rng, rng.randint(0, 8), 4, name) for name in NAMES] for _ in range(rows)]
+        evidence = [[rng.randint(0, 3) for _ in NAMES] for _ in range(rows)]
+        drafts = Drafts.cat([as_drafts([t[s] for t in trees], 24, [e[s] for e in evidence]) for s in range(len(NAMES))])
+        merged = merge(drafts, ancestor_table(drafts.parents, 4))
+        state = BatchState.start([torch.tensor([1, 2])] * rows, [8] * rows, frozenset(), 5, torch.device("cpu"))
+        policy = BatchPolicy(surface, rows, NAMES, 4)
+        a = policy.acceptance
+        draw = torch.Generator().manual_seed(rng.randrange(10**6))
+        seen = torch.randint(0, 60, a.reached.shape, generator=draw).double()  # rates up to about `cap`
+        a.reached += seen
+        a.accepted += (seen * rng.uniform(0.0, 0.8) * torch.rand(seen.shape, generator=draw)).floor()
+        a.matched.uniform_(0.5, 3.0), a.window_value.uniform_(0.0, 1.0)
+        hope = policy.hope(state).tolist()
+        trust, bonus, levels = hope[0] / HOPE, hope[1] / HOPE, tuple(h / HOPE for h in hope[2:])
+        kv = surface.kv_lengths[0]
+        if policy.prices.may_draft(rows, kv, cells, trust, bonus, levels):
+            continue
+        closed += policy.prices.may_draft(rows, kv, cells, trust, bonus)  # only the learned rates closed it
+        feed, window = policy.choose(merged, state, cells, kv)
+        assert not feed.any() and not window.any()
+    assert closed > 10

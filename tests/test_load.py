@@ -97,3 +97,14 @@ def test_every_batch_is_timed_in_protocol_rounds_and_a_batch_that_never_settles_
     assert all(r.flagged == 2 and r.rounds == 6 and r.disturbed == 6 for r in rows)
     assert "| 2 | prompt_lookup |" in table(rows, {}, {}) and table(rows, {}, {}).splitlines()[2].endswith("| 6 | 2 |")
     assert all(r.vs_greedy["prompts"] == 2 and r.vs_greedy["low"] <= r.vs_greedy["geomean"] <= r.vs_greedy["high"] for r in rows)
+
+
+def test_each_batch_size_decodes_whole_batches():
+    """Five prompts: B = 2 and 4 decode 4 of them (no batch of 1 at B = 2 or 4), B = 8 all 5 at once
+    (fewer prompts than B: the one batch there is); the rows decoded are greedy's."""
+    model, prompts = tiny_model("llama", 16, 0), [BATCH[i] for i in range(5)]
+    settings = LoadSettings(batches=(1, 2, 4, 8), methods=("greedy", "prompt_lookup"), max_new_tokens=6, lookup_tokens=3)
+    rows = run_load(model, prompts, settings, GPU_LIKE, eos=[])
+    assert {(r.batch, r.method): (r.rows, len(r.batches)) for r in rows} == {
+        (b, m): ({1: 5, 2: 4, 4: 4, 8: 5}[b], {1: 5, 2: 2, 4: 1, 8: 1}[b]) for b in (1, 2, 4, 8) for m in settings.methods}
+    assert all(r.rows_equal_batched_greedy == r.rows and r.rows_apart_from_batch_1 == [] for r in rows)

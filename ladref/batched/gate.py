@@ -58,7 +58,7 @@ class Gate:
         return self.pending > 0
 
     def asks(self, state: BatchState) -> list[torch.Tensor]:
-        """What the next read brings for the gate: the choice's (2,) `hope`, when it may have changed."""
+        """What the next read brings for the gate: the choice's (H,) `hope`, when it may have changed."""
         return [self.choice.hope(state)] if self.ask is not None and self.fresh else []
 
     def heard(self, values: Sequence[int]) -> None:

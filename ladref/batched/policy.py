@@ -78,6 +78,7 @@ class BatchPolicy:
         self.own = torch.ones(rows, dtype=torch.long, device=device)  # the width each row feeds for its own sake
         self.limit: tuple[int, bool] | None = None  # (nodes, window): the most a captured program feeds (None: no limit)
         self.wanted = torch.zeros(2, dtype=torch.long, device=device)  # (2,) the widest choice without the limit, as Plan.shape
+        self.resting, self.wait = 0, 1  # `may_draft`'s noes since it last proposed, and how many it waits for
 
     def rates(self, row: int = 0) -> dict[tuple[str, int, int, int], float]:
         """What row `row` learned (one prompt: row 0): {(source, evidence, depth, sibling rank):
@@ -93,18 +94,36 @@ class BatchPolicy:
         `span`, infinite where not measured), corrected by the passes timed (`BatchPrices.curve`)."""
         return self.prices.times(rows, kv)
 
+    @property
+    def hoped(self) -> int:
+        """The length of `hope`: 2 + D."""
+        return 2 + self.acceptance.depth
+
     def hope(self, state: BatchState) -> torch.Tensor:
-        """(2,) long, what `may_draft` needs from the device, for the loop's read: the most any row
-        still decoding trusts its drafts, and the most it values the window (at least the bonus),
-        each x `HOPE`, rounded up."""
-        values = torch.stack([self.acceptance.trust, self.acceptance.window_value.clamp(min=self.settings.window_bonus)])
-        return (torch.where(state.done, 0.0, values).amax(-1) * HOPE).ceil().long()
+        """(2 + D,) long, what `may_draft` needs from the device, for the loop's read: the most any row
+        still decoding trusts its drafts, the most it values the window (at least the bonus), and
+        the best rate it has at each depth 1..D (any source, evidence and rank), each x `HOPE`, rounded up."""
+        a = self.acceptance
+        rates = (a.accepted / a.reached).view(-1, *a.dims).amax((1, 2, 4))[:, 1:]  # (B, D)
+        values = torch.cat([a.trust[:, None], a.window_value.clamp(min=self.settings.window_bonus)[:, None], rates], dim=1)
+        return (torch.where(state.done[:, None], 0.0, values).amax(0) * HOPE).ceil().long()
 
     def may_draft(self, rows: int, kv: int, window_cells: int | None, hope: Sequence[int]) -> bool:
         """Whether any row of `rows` could gain from drafting at `kv` (`hope` as read): `choose` at its
-        most hopeful, every node worth a whole token (times the best trust), the other rows yielding a
-        token each, no pass padded. False: no draft can pay, the step is a plain one, nothing proposed."""
-        return self.prices.may_draft(rows, kv, window_cells, hope[0] / HOPE, hope[1] / HOPE)
+        most hopeful, every node worth the most the best rates learned allow (`ladref.batched.prices.worth`;
+        a whole token each where `hope` has no rates) times the best trust, the other rows yielding a
+        token each, no pass padded. False: no draft can pay, the step is a plain one, nothing proposed.
+        Where only the learned rates say no, a step still proposes after 1, 2, 4, ... such answers, at
+        most `PolicySettings.explore` (1 again once they say yes): the rates learn only from proposals."""
+        trust, bonus, levels = hope[0] / HOPE, hope[1] / HOPE, tuple(h / HOPE for h in hope[2:]) or None
+        if self.prices.may_draft(rows, kv, window_cells, trust, bonus, levels):
+            self.resting, self.wait = 0, 1
+            return True
+        self.resting += 1
+        if levels is None or self.resting < self.wait:
+            return False
+        self.resting, self.wait = 0, min(2 * self.wait, self.settings.explore)
+        return self.prices.may_draft(rows, kv, window_cells, trust, bonus)
 
     def timed(self, passes: Sequence[Pass], seconds: float) -> None:
         """The passes since the last read ((q, rows, kv) each) took `seconds`: calibrate (`BatchPrices.timed`)."""

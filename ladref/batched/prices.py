@@ -10,7 +10,8 @@
   but a run moves a correction by at most 1 (x smoothing), not to at most 1: a batch's host work
   can make its passes many times dearer than the bare passes measured, and the corrections get there;
 * `may_draft`: `DraftPolicy.may_draft` for a batch: whether any b nodes, or the window, could beat a
-  plain step were every node worth a whole token, on the host. t(q, kv) is linear in kv between two
+  plain step were every node worth a whole token, or, given the best rate learned at each depth,
+  worth the most those rates allow (`worth`), on the host. t(q, kv) is linear in kv between two
   measured KV lengths, so is each width's margin over a plain step: where a width pays in a segment
   is an interval at one end, and the segment's answer is worked out once (per B, hope and
   corrections), then a comparison a step.
@@ -56,6 +57,33 @@ def paying(margins: Sequence[tuple[float, float]]) -> tuple[float, float]:
         elif at1 >= 0:  # pays from where it crosses 0 to the segment's end
             high = min(high, at0 / (at0 - at1))
     return low, high
+
+
+def worth(levels: Sequence[float], most: int) -> list[float]:
+    """[the most b draft nodes can be worth together, b = 0..most], in tokens.
+
+    A node d deep is worth at most ``levels[0] x ... x levels[d - 1]`` (its value is the product of
+    its path's rates, each at most the best rate learned at its depth), and the nodes of one depth
+    together at most 1 (siblings exclude each other, `ladref.batched.policy.exclusive`). The most b
+    nodes are worth is then the b largest of these shares (each depth's nodes, a full share each
+    while they sum to less than 1, the rest in one): a depth's shares are equal, so taking the
+    largest first is the best allocation.
+
+    Args:
+        levels: (D,) the best rate at depths 1..D, each in [0, 1]; most: the widest b asked for.
+    """
+    shares, reach = [], 1.0
+    for rate in levels:
+        reach *= rate
+        if reach <= 0.0:
+            break
+        whole = min(most, int(1.0 / reach))
+        shares += [reach] * whole + ([1.0 - whole * reach] if whole < most and whole * reach < 1.0 else [])
+    shares = sorted(shares, reverse=True)[:most]
+    out = [0.0]
+    for share in shares + [0.0] * (most - len(shares)):
+        out.append(out[-1] + share)
+    return out
 
 
 class BatchPrices:
@@ -134,32 +162,35 @@ class BatchPrices:
         self.version += 1
         self._gates.clear()
 
-    def may_draft(self, rows: int, kv: int, window_cells: int | None, trust: float, bonus: float) -> bool:
+    def may_draft(self, rows: int, kv: int, window_cells: int | None, trust: float, bonus: float,
+                  levels: tuple[float, ...] | None = None) -> bool:
         """Whether, for some row of a pass of `rows` rows at `kv`, b >= 1 nodes or the window could beat
-        a plain step, every node worth `trust` tokens and the window `bonus`, the other rows yielding
-        one token each (their least): `DraftPolicy.may_draft` with ``Load(rows - 1)``, on the host."""
+        a plain step, b nodes worth `trust` x b tokens (`levels` None) or `trust` x ``worth(levels)[b]``,
+        and the window `bonus`, the other rows yielding one token each (their least):
+        `DraftPolicy.may_draft` with ``Load(rows - 1)``, on the host."""
         kvs = self.surface.kv_lengths
         j = bisect.bisect_left(kvs, kv)
         ends = (kvs[j - 1], kvs[j]) if 0 < j < len(kvs) else (kvs[min(j, len(kvs) - 1)],) * 2
-        key = (rows, ends, window_cells, trust, bonus, self.version)
+        key = (rows, ends, window_cells, trust, bonus, levels, self.version)
         if key not in self._gates:
             if len(self._gates) > 256:
                 self._gates.clear()
-            self._gates[key] = self._segment(rows, ends, window_cells, trust, bonus)
+            self._gates[key] = self._segment(rows, ends, window_cells, trust, bonus, levels)
         low, high = self._gates[key]
         w = (kv - ends[0]) / (ends[1] - ends[0]) if ends[1] > ends[0] else 0.0
         return w <= low or w >= high
 
     def _segment(self, rows: int, ends: tuple[int, int], window_cells: int | None, trust: float,
-                 bonus: float) -> tuple[float, float]:
+                 bonus: float, levels: tuple[float, ...] | None) -> tuple[float, float]:
         """`paying` over the kv segment `ends`: every width's margin at both ends, its best gain in
         tokens (b nodes alone, or b nodes and the window)."""
         margins = []
         curves = [self.curve(rows, kv) for kv in ends]
+        nodes = list(range(len(curves[0]))) if levels is None else worth(levels, len(curves[0]))
         for q in range(2, len(curves[0]) + 1):
-            gains = [trust * (q - 1)]
+            gains = [trust * nodes[q - 1]]
             if window_cells is not None and q >= 1 + window_cells:
-                gains.append(bonus + trust * (q - 1 - window_cells))
+                gains.append(bonus + trust * nodes[q - 1 - window_cells])
             gain = max(gains)
             margin = [(rows + gain) * c[0] - rows * c[q - 1] for c in curves]
             if all(math.isfinite(m) for m in margin):

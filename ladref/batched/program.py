@@ -170,7 +170,7 @@ class CapturedDriver:
 
     def asks(self, state: BatchState) -> list[torch.Tensor]:
         """The frontier and, adaptive, the next plan's shape, the policy's widest choice without the
-        run's limit (when it had one), and last the policy's (2,) `hope` (`BatchPolicy.may_draft`)."""
+        run's limit (when it had one), and last the policy's (2 + D,) `hope` (`BatchPolicy.may_draft`)."""
         policy, frontier = self.decoder.policy, [self.step.cache.frontier[None]]
         if policy is None:
             return frontier
@@ -201,7 +201,7 @@ class CapturedDriver:
         decoder, step, policy, full = self.decoder, self.step, self.decoder.policy, (self.nodes, self.step.shape is not None)
         if policy is None:
             return full
-        wish, hope = wish[:-2], wish[-2:]
+        wish, hope = wish[: -policy.hoped], wish[-policy.hoped :]
         if decoder._forced is not None:  # `capture`'s and `measure`'s
             shape = decoder._forced
         elif not policy.may_draft(state.size, step.cache.attended, step.window_cells, hope):

@@ -1,9 +1,11 @@
 """``python -m ladref bench --dataset specbench --batch 1,2,4,8,16``: speculation under load.
 
-For each batch size B the prompts are decoded B at a time by every method, interleaved batch by
-batch in the rounds of the measurement protocol (`ladref.bench.protocol`: each batch timed at least
-``--rounds`` times (default 3), the methods' order rotated, a disturbed round measured again and a batch that never settles
-flagged; each batch's figure is its median round, and every round is kept). Throughput is the new tokens
+For each batch size B the prompts are decoded B at a time by every method, in whole batches (a
+last batch that B prompts would not fill is left out, unless it is the only one: the row's
+``rows`` says how many were decoded), interleaved batch by batch in the rounds of the measurement
+protocol (`ladref.bench.protocol`: each batch timed at least ``--rounds`` times (default 3), the
+methods' order rotated, a disturbed round measured again and a batch that never settles flagged;
+each batch's figure is its median round, and every round is kept). Throughput is the new tokens
 of all rows over the seconds of all batches; a request's latency is its row's own wall time
 (ladref's rows finish when they finish; transformers' ``generate`` returns every row at once).
 
@@ -200,7 +202,7 @@ def run_load(model: torch.nn.Module, prompts: Sequence[torch.Tensor], settings: 
     for b in settings.batches:
         results: dict[str, list[DecodeResult]] = {name: [] for name in decoders}
         kept: dict[str, list[list[Sample]]] = {name: [] for name in decoders}
-        for start in range(0, len(prompts), b):
+        for start in range(0, max(1, len(prompts) // b) * b, b):  # whole batches only (or all the prompts, fewer than B)
             chunk = list(prompts[start:start + b])
             for name, (done, samples) in _timed_batch(model, decoders, chunk, settings.max_new_tokens, protocol, start // b).items():
                 results[name] += done

@@ -23,9 +23,12 @@ class PolicySettings:
         calibrate: correct the cost by the measured time of every pass;
             off for a synthetic curve that must be taken as it is.
         smoothing: the weight of each new timing in the running corrections (0 < smoothing <= 1).
+        explore: where only the rates learned so far say no draft can pay (a node worth a whole
+            token could), a step still proposes after 1, 2, 4, ... such steps, `explore` at most:
+            rates learn only from proposals.
 
     Raises:
-        ValueError: a prior not 0 < accepted < reached, or smoothing outside (0, 1].
+        ValueError: a prior not 0 < accepted < reached, smoothing outside (0, 1], or explore below 1.
     """
 
     prior: tuple[float, float] = (1.0, 3.0)
@@ -33,6 +36,7 @@ class PolicySettings:
     window_source: str = "lookahead"
     calibrate: bool = False
     smoothing: float = 0.2
+    explore: int = 16
 
     def __post_init__(self) -> None:
         a, b = self.prior
@@ -40,3 +44,5 @@ class PolicySettings:
             raise ValueError(f"prior must be (accepted, reached) with 0 < accepted < reached, got {self.prior}")
         if not 0 < self.smoothing <= 1:
             raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
+        if not (isinstance(self.explore, int) and self.explore >= 1):
+            raise ValueError(f"explore must be an int >= 1, got {self.explore!r}")
