@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from strategies import tiny_model
 
 from ladref import DraftTree, greedy_decode
-from ladref.batched.drafts import Drafts, ancestor_table, merge
+from ladref.batched.drafts import Drafts, Merged, ancestor_table, merge
 from ladref.batched.loop import decode_batch
-from ladref.batched.policy import HOPE, BatchPolicy
+from ladref.batched.policy import BatchPolicy
 from ladref.batched.prices import worth
 from ladref.batched.sources.jacobi import BatchJacobi
 from ladref.batched.state import BatchState
@@ -42,6 +42,16 @@ def as_drafts(trees: list[DraftTree], width: int, evidence: list[int]) -> Drafts
     return Drafts.of(tokens, parents, valid, torch.tensor(evidence), trie=True)
 
 
+def random_batch(rng: random.Random, rows: int, size: int) -> tuple[list, list, Drafts, Merged, BatchState]:
+    """`rows` rows of proposals, a random trie of up to `size` paths and an evidence grade per source each:
+    (trees by row and source, evidence likewise, their `Drafts`, merged, the rows' fresh state)."""
+    trees = [[random_trie(rng, rng.randint(0, size), 4, name) for name in NAMES] for _ in range(rows)]
+    evidence = [[rng.randint(0, 3) for _ in NAMES] for _ in range(rows)]
+    drafts = Drafts.cat([as_drafts([t[s] for t in trees], 24, [e[s] for e in evidence]) for s in range(len(NAMES))])
+    state = BatchState.start([torch.tensor([1, 2])] * rows, [8] * rows, frozenset(), 5, torch.device("cpu"))
+    return trees, evidence, drafts, merge(drafts, ancestor_table(drafts.parents, 4)), state
+
+
 def paths(tree: DraftTree) -> set[tuple[int, ...]]:
     return {tuple(tree.path_tokens(i)) for i in range(len(tree))}
 
@@ -51,11 +61,7 @@ def paths(tree: DraftTree) -> set[tuple[int, ...]]:
 def test_a_fresh_rows_choice_is_the_one_prompt_policys(seed, surface):
     rng = random.Random(seed)
     rows, cells = rng.randint(1, 4), rng.choice([None, 3, 8])
-    trees = [[random_trie(rng, rng.randint(0, 6), 4, name) for name in NAMES] for _ in range(rows)]
-    evidence = [[rng.randint(0, 3) for _ in NAMES] for _ in range(rows)]
-    drafts = Drafts.cat([as_drafts([t[s] for t in trees], 24, [e[s] for e in evidence]) for s in range(len(NAMES))])
-    merged = merge(drafts, ancestor_table(drafts.parents, 4))
-    state = BatchState.start([torch.tensor([1, 2])] * rows, [8] * rows, frozenset(), 5, torch.device("cpu"))
+    trees, evidence, drafts, merged, state = random_batch(rng, rows, 6)
     policy = BatchPolicy(surface, rows, NAMES, 4)
     feed, window = policy.choose(merged, state, cells, kv=128)
     for b in range(rows):
@@ -124,20 +130,16 @@ def test_where_the_learned_rates_say_no_draft_pays_the_choice_feeds_none():
     for _ in range(150):
         rows, cells = rng.randint(1, 4), rng.choice([None, 3, 8])
         surface = CostSurface.roofline(0.01, rng.choice([0.004, 0.0015, 0.0006]))
-        trees = [[random_trie(rng, rng.randint(0, 8), 4, name) for name in NAMES] for _ in range(rows)]
-        evidence = [[rng.randint(0, 3) for _ in NAMES] for _ in range(rows)]
-        drafts = Drafts.cat([as_drafts([t[s] for t in trees], 24, [e[s] for e in evidence]) for s in range(len(NAMES))])
-        merged = merge(drafts, ancestor_table(drafts.parents, 4))
-        state = BatchState.start([torch.tensor([1, 2])] * rows, [8] * rows, frozenset(), 5, torch.device("cpu"))
+        _, _, _, merged, state = random_batch(rng, rows, 8)
         policy = BatchPolicy(surface, rows, NAMES, 4)
         a = policy.acceptance
         draw = torch.Generator().manual_seed(rng.randrange(10**6))
-        seen = torch.randint(0, 60, a.reached.shape, generator=draw).double()  # rates up to about `cap`
+        seen = torch.randint(0, 60, a.reached.shape, generator=draw).double()
         a.reached += seen
-        a.accepted += (seen * rng.uniform(0.0, 0.8) * torch.rand(seen.shape, generator=draw)).floor()
+        a.accepted += (seen * rng.uniform(0.0, 0.8) * torch.rand(seen.shape, generator=draw)).floor()  # low rates, often
         a.matched.uniform_(0.5, 3.0), a.window_value.uniform_(0.0, 1.0)
         hope = policy.hope(state).tolist()
-        trust, bonus, levels = hope[0] / HOPE, hope[1] / HOPE, tuple(h / HOPE for h in hope[2:])
+        trust, bonus, levels = BatchPolicy.heard(hope)
         kv = surface.kv_lengths[0]
         if policy.prices.may_draft(rows, kv, cells, trust, bonus, levels):
             continue

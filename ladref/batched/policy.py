@@ -108,6 +108,11 @@ class BatchPolicy:
         values = torch.cat([a.trust[:, None], a.window_value.clamp(min=self.settings.window_bonus)[:, None], rates], dim=1)
         return (torch.where(state.done[:, None], 0.0, values).amax(0) * HOPE).ceil().long()
 
+    @staticmethod
+    def heard(hope: Sequence[int]) -> tuple[float, float, tuple[float, ...] | None]:
+        """`hope` as read, in its units: (trust, window value, the best rate at each depth; None: none)."""
+        return hope[0] / HOPE, hope[1] / HOPE, tuple(h / HOPE for h in hope[2:]) or None
+
     def may_draft(self, rows: int, kv: int, window_cells: int | None, hope: Sequence[int]) -> bool:
         """Whether any row of `rows` could gain from drafting at `kv` (`hope` as read): `choose` at its
         most hopeful, every node worth the most the best rates learned allow (`ladref.batched.prices.worth`;
@@ -115,7 +120,7 @@ class BatchPolicy:
         token each, no pass padded. False: no draft can pay, the step is a plain one, nothing proposed.
         Where only the learned rates say no, a step still proposes after 1, 2, 4, ... such answers, at
         most `PolicySettings.explore` (1 again once they say yes): the rates learn only from proposals."""
-        trust, bonus, levels = hope[0] / HOPE, hope[1] / HOPE, tuple(h / HOPE for h in hope[2:]) or None
+        trust, bonus, levels = self.heard(hope)
         if self.prices.may_draft(rows, kv, window_cells, trust, bonus, levels):
             self.resting, self.wait = 0, 1
             return True
