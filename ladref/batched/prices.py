@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
@@ -38,12 +38,14 @@ def on_device(values: Sequence[float], device: torch.device) -> torch.Tensor:
     return host.to(device) if device.type != "cuda" else host.pin_memory().to(device, non_blocking=True)
 
 
-def paying(margins: Sequence[tuple[float, float]]) -> tuple[float, float]:
+def paying(margins: Iterable[tuple[float, float]]) -> tuple[float, float]:
     """Where some width beats a plain pass along a kv segment (w = 0..1 from its start to its end).
 
     Args:
         margins: per width q, ``(rows + gain(q)) t(1) - rows t(q)`` at w = 0 and at w = 1 (linear in
-            between): q pays where its margin is >= 0 (a tie goes to the wider step).
+            between): q pays where its margin is >= 0 (a tie goes to the wider step). Read in
+            order, up to the first width that pays along the whole segment (a generator's later
+            widths are never worked out).
 
     Returns:
         (low, high): some width pays where w <= low or w >= high (low < 0 and high > 1: nowhere).
@@ -106,6 +108,7 @@ class BatchPrices:
         self.version = 0
         self._bases: dict[tuple[int, float], list[float]] = {}  # the surface's curves, per (B, kv): a few dozen at most
         self._factors: tuple[int, list[float]] | None = None  # exp(correction) per q, at a version
+        self._buckets: list[int] = []  # each q's bucket, q = 1..M
         self._times: tuple[tuple, torch.Tensor] | None = None
         self._gates: dict[tuple, tuple[float, float]] = {}  # `may_draft`'s answer per segment
 
@@ -135,8 +138,11 @@ class BatchPrices:
         if not self.corrections:
             return base
         if self._factors is None or self._factors[0] != self.version or len(self._factors[1]) != len(base):
+            if len(self._buckets) != len(base):
+                self._buckets = [self.bucket(q) for q in range(1, len(base) + 1)]
             default = self.corrections.get(0, 0.0)
-            self._factors = (self.version, [math.exp(self.corrections.get(self.bucket(q), default)) for q in range(1, len(base) + 1)])
+            factor = {b: math.exp(self.corrections.get(b, default)) for b in set(self._buckets)}  # one per bucket
+            self._factors = (self.version, [factor[b] for b in self._buckets])
         return [t * f for t, f in zip(base, self._factors[1])]
 
     def times(self, rows: int, kv: int) -> torch.Tensor:
@@ -182,9 +188,13 @@ class BatchPrices:
 
     def _segment(self, rows: int, ends: tuple[int, int], window_cells: int | None, trust: float,
                  bonus: float, levels: tuple[float, ...] | None) -> tuple[float, float]:
-        """`paying` over the kv segment `ends`: every width's margin at both ends, its best gain in
-        tokens (b nodes alone, or b nodes and the window)."""
-        margins = []
+        """`paying` over the kv segment `ends`."""
+        return paying(self._margins(rows, ends, window_cells, trust, bonus, levels))
+
+    def _margins(self, rows: int, ends: tuple[int, int], window_cells: int | None, trust: float,
+                 bonus: float, levels: tuple[float, ...] | None) -> Iterator[tuple[float, float]]:
+        """Each width's margin at both ends of the segment (the finite ones), narrowest first, its best
+        gain in tokens (b nodes alone, or b nodes and the window)."""
         curves = [self.curve(rows, kv) for kv in ends]
         nodes = list(range(len(curves[0]))) if levels is None else worth(levels, len(curves[0]))
         for q in range(2, len(curves[0]) + 1):
@@ -192,7 +202,6 @@ class BatchPrices:
             if window_cells is not None and q >= 1 + window_cells:
                 gains.append(bonus + trust * nodes[q - 1 - window_cells])
             gain = max(gains)
-            margin = [(rows + gain) * c[0] - rows * c[q - 1] for c in curves]
-            if all(math.isfinite(m) for m in margin):
-                margins.append((margin[0], margin[1]))
-        return paying(margins)
+            at0, at1 = ((rows + gain) * c[0] - rows * c[q - 1] for c in curves)
+            if math.isfinite(at0) and math.isfinite(at1):
+                yield at0, at1
