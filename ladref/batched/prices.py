@@ -181,15 +181,10 @@ class BatchPrices:
         if key not in self._gates:
             if len(self._gates) > 256:
                 self._gates.clear()
-            self._gates[key] = self._segment(rows, ends, window_cells, trust, bonus, levels)
+            self._gates[key] = paying(self._margins(rows, ends, window_cells, trust, bonus, levels))
         low, high = self._gates[key]
         w = (kv - ends[0]) / (ends[1] - ends[0]) if ends[1] > ends[0] else 0.0
         return w <= low or w >= high
-
-    def _segment(self, rows: int, ends: tuple[int, int], window_cells: int | None, trust: float,
-                 bonus: float, levels: tuple[float, ...] | None) -> tuple[float, float]:
-        """`paying` over the kv segment `ends`."""
-        return paying(self._margins(rows, ends, window_cells, trust, bonus, levels))
 
     def _margins(self, rows: int, ends: tuple[int, int], window_cells: int | None, trust: float,
                  bonus: float, levels: tuple[float, ...] | None) -> Iterator[tuple[float, float]]:

@@ -17,7 +17,6 @@ plan are clocked by wrapping them in this process (this script's instrumentation
 from __future__ import annotations
 
 import collections
-import subprocess
 import sys
 import time
 
@@ -27,7 +26,7 @@ from ladref import CompiledAdaptiveDecoder, CompiledDecoder, load_default_model
 from ladref.batched import loop
 from ladref.batched.step import BatchStep
 from ladref.bench.datasets import encode_prompts, load_prompts
-from ladref.bench.runinfo import machine
+from ladref.bench.runinfo import git_commit, machine
 from ladref.fast.static import StaticRunner
 
 MAX_LENGTH, NEW_TOKENS = 960, 64
@@ -75,9 +74,8 @@ def main() -> None:
             decoder(ids, NEW_TOKENS)
             walls[name] += time.perf_counter() - start
             kinds[name] += steps
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = " + changes" if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "ladref"]).returncode else ""
-    print(f"# {commit}{dirty}: {machine(torch.device('cpu'))}, torch {torch.__version__}; "
+    commit = git_commit() or "no git checkout"
+    print(f"# {commit[:7]}{commit[40:]}: {machine(torch.device('cpu'))}, torch {torch.__version__}; "
           f"{len(prompts)} prompts, {NEW_TOKENS} new tokens, one cache of {MAX_LENGTH} slots")
     for name, rows in kinds.items():
         first = [r for r in rows if r[0] == "first"]
